@@ -1,0 +1,255 @@
+//! The kernel registry: WGSL sources from `shaders/` embedded at compile time (the same
+//! bytes natively and in wasm), a small preprocessor for variants, and a pipeline cache.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+
+/// Every shader file, by its path under `shaders/`.
+const SOURCES: &[(&str, &str)] = &[
+    ("common/quant.wgsl", include_str!("../../../shaders/common/quant.wgsl")),
+    ("common/step.wgsl", include_str!("../../../shaders/common/step.wgsl")),
+    ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
+    ("get_rows.wgsl", include_str!("../../../shaders/get_rows.wgsl")),
+    ("matvec.wgsl", include_str!("../../../shaders/matvec.wgsl")),
+    ("rms_norm.wgsl", include_str!("../../../shaders/rms_norm.wgsl")),
+    ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
+    ("attention.wgsl", include_str!("../../../shaders/attention.wgsl")),
+    ("elementwise.wgsl", include_str!("../../../shaders/elementwise.wgsl")),
+    ("softmax.wgsl", include_str!("../../../shaders/softmax.wgsl")),
+    ("sample.wgsl", include_str!("../../../shaders/sample.wgsl")),
+];
+
+pub fn source(path: &str) -> Option<&'static str> {
+    SOURCES.iter().find(|(p, _)| *p == path).map(|(_, s)| *s)
+}
+
+/// Named compile-time values for one variant of a kernel. Each becomes a WGSL
+/// `const NAME = value;` and can be tested with `#if NAME` (defined and not 0).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Macros(Vec<(String, String)>);
+
+impl Macros {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn u32(mut self, name: &str, v: u32) -> Self {
+        self.set(name, format!("{v}u"));
+        self
+    }
+    pub fn f32(mut self, name: &str, v: f32) -> Self {
+        self.set(name, format!("{v:?}f"));
+        self
+    }
+    pub fn flag(mut self, name: &str) -> Self {
+        self.set(name, "1".into());
+        self
+    }
+    fn set(&mut self, name: &str, value: String) {
+        self.0.retain(|(n, _)| n != name);
+        self.0.push((name.to_string(), value));
+        self.0.sort();
+    }
+    fn is_set(&self, name: &str) -> bool {
+        self.0.iter().any(|(n, v)| n == name && v != "0" && v != "0u")
+    }
+}
+
+/// Expands `#include "file"`, `#if NAME` / `#ifdef NAME`, `#if !NAME`, `#else`, `#endif`.
+pub fn preprocess(path: &str, macros: &Macros) -> Result<String> {
+    let mut out = String::new();
+    for (name, value) in &macros.0 {
+        out.push_str(&format!("const {name} = {value};\n"));
+    }
+    expand(path, macros, &mut out, 0)?;
+    Ok(out)
+}
+
+fn expand(path: &str, macros: &Macros, out: &mut String, depth: usize) -> Result<()> {
+    let err = |message: String| EngineError::Shader { name: path.to_string(), message };
+    if depth > 4 {
+        return Err(err("#include nested too deeply".into()));
+    }
+    let src = source(path).ok_or_else(|| err("no such shader".into()))?;
+    // Each entry: (this branch active, some branch of this #if was taken).
+    let mut stack: Vec<(bool, bool)> = Vec::new();
+    let active = |stack: &Vec<(bool, bool)>| stack.iter().all(|(a, _)| *a);
+    for (lineno, line) in src.lines().enumerate() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("#if") {
+            let rest = rest.strip_prefix("def").unwrap_or(rest).trim();
+            let cond = match rest.strip_prefix('!') {
+                Some(n) => !macros.is_set(n.trim()),
+                None => macros.is_set(rest),
+            };
+            stack.push((cond, cond));
+        } else if t.starts_with("#else") {
+            let top = stack.last_mut().ok_or_else(|| err(format!("line {}: #else without #if", lineno + 1)))?;
+            *top = (!top.1, true);
+        } else if t.starts_with("#endif") {
+            stack.pop().ok_or_else(|| err(format!("line {}: #endif without #if", lineno + 1)))?;
+        } else if let Some(rest) = t.strip_prefix("#include") {
+            if active(&stack) {
+                let inc = rest.trim().trim_matches('"');
+                expand(inc, macros, out, depth + 1)?;
+            }
+        } else if active(&stack) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if !stack.is_empty() {
+        return Err(err("unterminated #if".into()));
+    }
+    Ok(())
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PipelineKey {
+    path: &'static str,
+    entry: &'static str,
+    macros: Macros,
+}
+
+#[derive(Default)]
+pub(crate) struct KernelCache {
+    pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl GpuContext {
+    /// The compute pipeline for `entry` in `path` with `macros`, compiled once.
+    pub fn pipeline(&self, path: &'static str, entry: &'static str, macros: &Macros) -> Result<Arc<wgpu::ComputePipeline>> {
+        let key = PipelineKey { path, entry, macros: macros.clone() };
+        if let Some(p) = self.kernels.pipelines.lock().unwrap().get(&key) {
+            return Ok(p.clone());
+        }
+        let code = preprocess(path, macros)?;
+        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(path),
+            source: wgpu::ShaderSource::Wgsl(code.into()),
+        });
+        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: None,
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        // Native wgpu reports shader errors synchronously through the error handler.
+        self.check().map_err(|e| EngineError::Shader { name: format!("{path}:{entry}"), message: e.to_string() })?;
+        let pipeline = Arc::new(pipeline);
+        self.kernels.pipelines.lock().unwrap().insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
+/// One recorded kernel launch: a pipeline, its bindings, and its grid (which may
+/// depend on how many tokens the current step carries).
+pub struct Dispatch {
+    pub label: &'static str,
+    pub pipeline: Arc<wgpu::ComputePipeline>,
+    pub bind_group: wgpu::BindGroup,
+    pub grid: Grid,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum Grid {
+    Fixed([u32; 3]),
+    /// `[x, ceil(tokens / per_y), 1]`.
+    PerTokens { x: u32, per_y: u32 },
+}
+
+/// Largest workgroup count in one dimension (WebGPU's default limit).
+pub const MAX_GROUPS: u32 = 65535;
+
+/// Splits a long 1-D grid over x and z; kernels rebuild the linear id with `num_workgroups`.
+pub fn fold_grid(n: u32) -> (u32, u32) {
+    if n <= MAX_GROUPS { (n.max(1), 1) } else { (MAX_GROUPS, n.div_ceil(MAX_GROUPS)) }
+}
+
+impl Dispatch {
+    /// Binds `buffers` to bindings 0, 1, 2, … of group 0.
+    pub fn new(
+        ctx: &GpuContext,
+        label: &'static str,
+        pipeline: Arc<wgpu::ComputePipeline>,
+        buffers: &[wgpu::BindingResource<'_>],
+        grid: Grid,
+    ) -> Self {
+        let indexed: Vec<(u32, wgpu::BindingResource)> =
+            buffers.iter().enumerate().map(|(i, r)| (i as u32, r.clone())).collect();
+        Self::with_bindings(ctx, label, pipeline, &indexed, grid)
+    }
+
+    /// Binds each resource to its binding number (entry points that skip some bindings).
+    pub fn with_bindings(
+        ctx: &GpuContext,
+        label: &'static str,
+        pipeline: Arc<wgpu::ComputePipeline>,
+        bindings: &[(u32, wgpu::BindingResource<'_>)],
+        grid: Grid,
+    ) -> Self {
+        let layout = pipeline.get_bind_group_layout(0);
+        let entries: Vec<wgpu::BindGroupEntry> = bindings
+            .iter()
+            .map(|(i, r)| wgpu::BindGroupEntry { binding: *i, resource: r.clone() })
+            .collect();
+        let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(label),
+            layout: &layout,
+            entries: &entries,
+        });
+        Self { label, pipeline, bind_group, grid }
+    }
+
+    pub fn grid_for(&self, tokens: u32) -> [u32; 3] {
+        match self.grid {
+            Grid::Fixed(g) => g,
+            Grid::PerTokens { x, per_y } => {
+                let (gx, gz) = fold_grid(x);
+                [gx, tokens.div_ceil(per_y).max(1), gz]
+            }
+        }
+    }
+
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, tokens: u32) {
+        let [x, y, z] = self.grid_for(tokens);
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(x, y, z);
+    }
+}
+
+/// Runs dispatches in one compute pass and submits them.
+pub fn submit(ctx: &GpuContext, dispatches: &[&Dispatch], tokens: u32) {
+    let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&Default::default());
+        for d in dispatches {
+            d.record(&mut pass, tokens);
+        }
+    }
+    ctx.queue.submit([encoder.finish()]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preprocessor_branches_and_constants() {
+        let code = preprocess("common/quant.wgsl", &Macros::new().u32("WG", 64).flag("Q4_0")).unwrap();
+        assert!(code.starts_with("const Q4_0 = 1;\nconst WG = 64u;\n"));
+        assert!(!code.contains("#if"));
+    }
+
+    #[test]
+    fn every_shader_preprocesses() {
+        for (path, _) in SOURCES {
+            preprocess(path, &Macros::new()).unwrap();
+        }
+    }
+}

@@ -1,0 +1,52 @@
+use crate::error::Result;
+use crate::gpu::GpuContext;
+use crate::kernels::{Dispatch, Grid, Macros};
+use crate::ops::{bind, params};
+
+const WG: u32 = 256;
+
+fn grid(row: u32, max_tokens: u32) -> Grid {
+    // Sized for the largest step; threads past n_tokens * row exit.
+    Grid::Fixed({
+        let (x, z) = crate::kernels::fold_grid((row * max_tokens).div_ceil(WG));
+        [x, 1, z]
+    })
+}
+
+/// a[t, ..row] += b[t, ..row] for the step's tokens.
+pub fn add(ctx: &GpuContext, a: &wgpu::Buffer, b: &wgpu::Buffer, row: u32, max_tokens: u32, step: &wgpu::Buffer) -> Result<Dispatch> {
+    let pipeline = ctx.pipeline("elementwise.wgsl", "add", &Macros::new().u32("WG", WG))?;
+    let p = params(ctx, "add", &[row]);
+    Ok(Dispatch::with_bindings(ctx, "add", pipeline, &entries(a, b, None, &p, step), grid(row, max_tokens)))
+}
+
+/// out = silu(a) * b for the step's tokens.
+pub fn silu_mul(
+    ctx: &GpuContext,
+    a: &wgpu::Buffer,
+    b: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    row: u32,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let pipeline = ctx.pipeline("elementwise.wgsl", "silu_mul", &Macros::new().u32("WG", WG))?;
+    let p = params(ctx, "silu_mul", &[row]);
+    Ok(Dispatch::with_bindings(ctx, "silu_mul", pipeline, &entries(a, b, Some(out), &p, step), grid(row, max_tokens)))
+}
+
+fn entries<'a>(
+    a: &'a wgpu::Buffer,
+    b: &'a wgpu::Buffer,
+    out: Option<&'a wgpu::Buffer>,
+    p: &'a wgpu::Buffer,
+    step: &'a wgpu::Buffer,
+) -> Vec<(u32, wgpu::BindingResource<'a>)> {
+    let mut e = vec![(0, bind(a)), (1, bind(b))];
+    if let Some(o) = out {
+        e.push((2, bind(o)));
+    }
+    e.push((3, bind(p)));
+    e.push((4, bind(step)));
+    e
+}

@@ -1,0 +1,51 @@
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+use crate::kernels::{Dispatch, Grid, Macros};
+use crate::ops::{bind, params};
+
+const WG: u32 = 64;
+
+/// How rotary pairs are laid out in a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs (2i, 2i+1): llama GGUFs (the converter permuted Q/K rows for it).
+    Interleaved,
+    /// Halves (i, i + n_rot/2): NeoX / Qwen.
+    Neox,
+}
+
+/// theta_i = base^(-2i / n_rot), in f64 then rounded, for i < n_rot / 2.
+pub fn frequencies(base: f64, n_rot: u32) -> Vec<f32> {
+    (0..n_rot / 2).map(|i| base.powf(-2.0 * i as f64 / n_rot as f64) as f32).collect()
+}
+
+/// Rotates the first `n_rot` dims of every head of x [T, n_heads, head_dim] in place
+/// (`in_cache`: x is a cache [ctx, n_heads, head_dim] and the step's tokens sit at pos0..).
+pub fn rope(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    freqs: &wgpu::Buffer,
+    n_heads: u32,
+    head_dim: u32,
+    n_rot: u32,
+    mode: RopeMode,
+    in_cache: bool,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    if n_rot > head_dim || n_rot % 2 != 0 {
+        return Err(EngineError::Shape { op: "rope", detail: format!("n_rot {n_rot} with head dim {head_dim}") });
+    }
+    let mut macros = Macros::new().u32("WG", WG);
+    if mode == RopeMode::Neox {
+        macros = macros.flag("NEOX");
+    }
+    let pipeline = ctx.pipeline("rope.wgsl", "rope", &macros)?;
+    let p = params(ctx, "rope", &[n_heads, head_dim, n_rot, in_cache as u32]);
+    Ok(Dispatch::new(
+        ctx,
+        "rope",
+        pipeline,
+        &[bind(x), bind(freqs), bind(&p), bind(step)],
+        Grid::PerTokens { x: (n_heads * n_rot / 2).div_ceil(WG), per_y: 1 },
+    ))
+}

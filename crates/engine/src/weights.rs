@@ -1,0 +1,153 @@
+//! Weights on the GPU: GGUF blocks repacked (losslessly) so every block starts on a u32,
+//! and split by rows across several buffers when a tensor exceeds one storage binding.
+
+use lilypad_gguf::GgmlType;
+
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+
+/// Weight formats the kernels decode (`shaders/common/quant.wgsl`).
+pub fn supported(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// The shader macro selecting the decoder for `ty`.
+pub fn type_macro(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::Q4_0 => "Q4_0",
+        GgmlType::Q4_1 => "Q4_1",
+        GgmlType::Q8_0 => "Q8_0",
+        GgmlType::F16 => "F16",
+        GgmlType::BF16 => "BF16",
+        _ => "F32",
+    }
+}
+
+/// Words of packed data and of scales for `rows` rows of `cols` weights.
+#[derive(Debug, Default, PartialEq)]
+pub struct Repacked {
+    pub q: Vec<u32>,
+    pub s: Vec<u32>,
+}
+
+fn f16_bits(b: &[u8]) -> u32 {
+    u16::from_le_bytes([b[0], b[1]]) as u32
+}
+
+fn word(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// Repacks GGUF row-major `bytes` (`rows` × `cols` of `ty`).
+pub fn repack(name: &str, ty: GgmlType, rows: u64, cols: u64, bytes: &[u8]) -> Result<Repacked> {
+    let unsupported = || EngineError::UnsupportedType { tensor: name.to_string(), ty: ty.name(), context: "the GPU kernels" };
+    if !supported(ty) {
+        return Err(unsupported());
+    }
+    if cols % 32 != 0 && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || cols % 8 != 0 {
+        return Err(EngineError::Shape {
+            op: "weight upload",
+            detail: format!("{name}: {cols} columns; the kernels need a multiple of 8 (32 for quantized types)"),
+        });
+    }
+    let expected = ty.row_bytes(cols)? * rows;
+    if bytes.len() as u64 != expected {
+        return Err(EngineError::Shape {
+            op: "weight upload",
+            detail: format!("{name}: {} bytes for {rows}x{cols} {}, expected {expected}", bytes.len(), ty.name()),
+        });
+    }
+    let mut out = Repacked::default();
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            out.q = bytes.chunks_exact(4).map(word).collect();
+            out.s = vec![0];
+        }
+        GgmlType::Q4_0 | GgmlType::Q8_0 => {
+            let bs = ty.type_size() as usize;
+            let n_blocks = bytes.len() / bs;
+            out.q.reserve(n_blocks * (bs - 2) / 4);
+            out.s = vec![0; n_blocks.div_ceil(2)];
+            for (b, block) in bytes.chunks_exact(bs).enumerate() {
+                out.s[b / 2] |= f16_bits(block) << (16 * (b % 2));
+                out.q.extend(block[2..].chunks_exact(4).map(word));
+            }
+        }
+        GgmlType::Q4_1 => {
+            let n_blocks = bytes.len() / 20;
+            out.q.reserve(n_blocks * 4);
+            out.s.reserve(n_blocks);
+            for block in bytes.chunks_exact(20) {
+                out.s.push(f16_bits(block) | (f16_bits(&block[2..]) << 16));
+                out.q.extend(block[4..].chunks_exact(4).map(word));
+            }
+        }
+        _ => return Err(unsupported()),
+    }
+    Ok(out)
+}
+
+pub struct WeightChunk {
+    pub q: wgpu::Buffer,
+    pub s: wgpu::Buffer,
+    pub row_start: u32,
+    pub rows: u32,
+}
+
+/// A 2-D weight matrix (`rows` outputs × `cols` inputs) resident on the GPU.
+pub struct GpuWeight {
+    pub name: String,
+    pub ty: GgmlType,
+    pub rows: u64,
+    pub cols: u64,
+    pub chunks: Vec<WeightChunk>,
+}
+
+impl GpuWeight {
+    /// Uploads GGUF bytes. `max_chunk_bytes` caps one buffer (defaults to the adapter's
+    /// storage binding limit); tests lower it to exercise splitting.
+    pub fn upload(
+        ctx: &GpuContext,
+        name: &str,
+        ty: GgmlType,
+        rows: u64,
+        cols: u64,
+        bytes: &[u8],
+        max_chunk_bytes: Option<u64>,
+    ) -> Result<Self> {
+        let limit = max_chunk_bytes
+            .unwrap_or(ctx.limits.max_storage_buffer_binding_size as u64)
+            .min(ctx.limits.max_storage_buffer_binding_size as u64);
+        let row_bytes = ty.row_bytes(cols)?;
+        let rows_per_chunk = (limit / row_bytes.max(1)).min(rows).max(1);
+        // Q4_0/Q8_0 pack two blocks' scales per word: keep chunks at an even block count.
+        let rows_per_chunk = if rows_per_chunk < rows && (cols / 32) % 2 == 1 {
+            (rows_per_chunk & !1).max(2)
+        } else {
+            rows_per_chunk
+        };
+        if rows_per_chunk * row_bytes > limit && rows_per_chunk > 1 || row_bytes > limit {
+            ctx.check_binding(name, row_bytes)?;
+        }
+        let mut chunks = Vec::new();
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = rows_per_chunk.min(rows - r0);
+            let part = &bytes[(r0 * row_bytes) as usize..((r0 + n) * row_bytes) as usize];
+            let packed = repack(name, ty, n, cols, part)?;
+            chunks.push(WeightChunk {
+                q: ctx.storage_buffer_init(name, bytemuck::cast_slice(&packed.q))?,
+                s: ctx.storage_buffer_init(name, bytemuck::cast_slice(&packed.s))?,
+                row_start: r0 as u32,
+                rows: n as u32,
+            });
+            r0 += n;
+        }
+        Ok(Self { name: name.to_string(), ty, rows, cols, chunks })
+    }
+
+    /// Bytes this weight occupies on the GPU.
+    pub fn gpu_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.q.size() + c.s.size()).sum()
+    }
+}

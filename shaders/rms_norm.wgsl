@@ -1,0 +1,47 @@
+// y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for every row r of n values.
+// Rows are (token, group): group > 1 normalises each head separately (per-head QK norm).
+// Macros: WG.
+
+#include "common/step.wgsl"
+
+struct Params {
+    n: u32,            // values per row
+    groups: u32,       // rows per token
+    eps: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+@group(0) @binding(4) var<uniform> step: Step;
+
+var<workgroup> partial: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let live = wid.y < step.n_tokens;
+    let base = (wid.y * p.groups + wid.x) * p.n;
+    var ss = 0.0;
+    if live {
+        for (var i = tid; i < p.n; i += WG) {
+            let v = x[base + i];
+            ss += v * v;
+        }
+    }
+    partial[tid] = ss;
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if tid < s {
+            partial[tid] += partial[tid + s];
+        }
+    }
+    workgroupBarrier();
+    let scale = inverseSqrt(partial[0] / f32(p.n) + p.eps);
+    if live {
+        for (var i = tid; i < p.n; i += WG) {
+            y[base + i] = x[base + i] * scale * w[i];
+        }
+    }
+}

@@ -1,0 +1,212 @@
+// Picks the next token from one row of logits, in a single workgroup.
+//
+// 1. penalties on the raw logits (llama.cpp's rules): repetition divides positive logits and
+//    multiplies negative ones by `repeat_penalty`; presence subtracts `presence_penalty`, once
+//    per distinct recent token (the host deduplicates the list);
+// 2. greedy: the arg-max (lowest id on ties). Otherwise logits / temperature, then
+// 3. top-k: the k-th largest scaled logit is found by a 32-step bitwise search over
+//    order-preserving u32 keys (exact, no sort); everything below it is dropped;
+// 4. top-p: likewise the largest probability threshold whose kept mass is ≥ top_p;
+// 5. the host's uniform draw `u` picks, in vocabulary order, the token where the running
+//    kept mass crosses u × (kept mass).
+// Macros: WG.
+
+struct Params {
+    vocab: u32,
+    top_k: u32,          // 0 = off
+    n_penalty: u32,      // entries in `recent`
+    greedy: u32,
+    temperature: f32,
+    top_p: f32,          // 1 = off
+    repeat_penalty: f32, // 1 = off
+    presence_penalty: f32,
+    u: f32,              // uniform draw in [0, 1)
+    row: u32,            // which logits row to read
+}
+
+@group(0) @binding(0) var<storage, read> logits: array<f32>;
+@group(0) @binding(1) var<storage, read> recent: array<u32>;
+@group(0) @binding(2) var<storage, read_write> work: array<f32>;
+@group(0) @binding(3) var<storage, read_write> result: array<u32>;
+@group(0) @binding(4) var<uniform> p: Params;
+
+var<workgroup> red_f: array<f32, WG>;
+var<workgroup> red_u: array<u32, WG>;
+var<workgroup> chosen: u32;
+
+fn key(f: f32) -> u32 {
+    let b = bitcast<u32>(f);
+    return select(b | 0x80000000u, ~b, (b >> 31u) == 1u);
+}
+
+fn sum_f(tid: u32, v: f32) -> f32 {
+    workgroupBarrier();
+    red_f[tid] = v;
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if tid < s {
+            red_f[tid] += red_f[tid + s];
+        }
+    }
+    workgroupBarrier();
+    return red_f[0];
+}
+
+fn sum_u(tid: u32, v: u32) -> u32 {
+    workgroupBarrier();
+    red_u[tid] = v;
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if tid < s {
+            red_u[tid] += red_u[tid + s];
+        }
+    }
+    workgroupBarrier();
+    return red_u[0];
+}
+
+@compute @workgroup_size(WG)
+fn sample(@builtin(local_invocation_index) tid: u32) {
+    let n = p.vocab;
+    let src = p.row * n;
+    for (var i = tid; i < n; i += WG) {
+        work[i] = logits[src + i];
+    }
+    storageBarrier();
+    workgroupBarrier();
+    for (var j = tid; j < p.n_penalty; j += WG) {
+        let tok = recent[j];
+        if tok < n {
+            var l = work[tok];
+            l = select(l * p.repeat_penalty, l / p.repeat_penalty, l > 0.0);
+            work[tok] = l - p.presence_penalty;
+        }
+    }
+    storageBarrier();
+    workgroupBarrier();
+
+    // Arg-max (lowest id on ties): always a candidate, and the fallback pick.
+    var best = -3.4e38;
+    var best_i = 0xffffffffu;
+    for (var i = tid; i < n; i += WG) {
+        let l = work[i];
+        if l > best {
+            best = l;
+            best_i = i;
+        }
+    }
+    red_f[tid] = best;
+    red_u[tid] = best_i;
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if tid < s {
+            let o = red_f[tid + s];
+            let oi = red_u[tid + s];
+            if o > red_f[tid] || (o == red_f[tid] && oi < red_u[tid]) {
+                red_f[tid] = o;
+                red_u[tid] = oi;
+            }
+        }
+    }
+    workgroupBarrier();
+    let max_logit = red_f[0];
+    let argmax = red_u[0];
+    if p.greedy != 0u {
+        if tid == 0u {
+            result[0] = argmax;
+        }
+        return;
+    }
+
+    let inv_t = 1.0 / p.temperature;
+    let m = max_logit * inv_t;
+
+    // Top-k threshold: the largest key T with |{i : key_i >= T}| >= k.
+    var kth = 0u;
+    if p.top_k > 0u && p.top_k < n {
+        for (var bit = 31i; bit >= 0i; bit--) {
+            let cand = kth | (1u << u32(bit));
+            var c = 0u;
+            for (var i = tid; i < n; i += WG) {
+                c += select(0u, 1u, key(work[i] * inv_t) >= cand);
+            }
+            if sum_u(tid, c) >= p.top_k {
+                kth = cand;
+            }
+        }
+    }
+
+    // Probabilities of the top-k survivors, unnormalised (max = 1).
+    var z = 0.0;
+    for (var i = tid; i < n; i += WG) {
+        let l = work[i] * inv_t;
+        let pr = select(0.0, exp(l - m), key(l) >= kth);
+        work[i] = pr;
+        z += pr;
+    }
+    storageBarrier();
+    let total = sum_f(tid, z);
+
+    // Top-p threshold over positive floats (their bits order like their values).
+    var pth = 0u;
+    if p.top_p < 1.0 {
+        let need = p.top_p * total;
+        for (var bit = 30i; bit >= 0i; bit--) {
+            let cand = pth | (1u << u32(bit));
+            var s = 0.0;
+            for (var i = tid; i < n; i += WG) {
+                let pr = work[i];
+                s += select(0.0, pr, bitcast<u32>(pr) >= cand);
+            }
+            if sum_f(tid, s) >= need {
+                pth = cand;
+            }
+        }
+    }
+
+    // Each thread owns a contiguous span; spans' kept masses are scanned in order.
+    let span = (n + WG - 1u) / WG;
+    let lo = min(tid * span, n);
+    let hi = min(lo + span, n);
+    var mine = 0.0;
+    for (var i = lo; i < hi; i++) {
+        let pr = work[i];
+        mine += select(0.0, pr, pr > 0.0 && bitcast<u32>(pr) >= pth);
+    }
+    workgroupBarrier();
+    red_f[tid] = mine;
+    if tid == 0u {
+        chosen = argmax;
+    }
+    workgroupBarrier();
+    // Exclusive prefix of the spans' masses (WG is small; a serial scan per thread is fine).
+    var before = 0.0;
+    for (var j = 0u; j < tid; j++) {
+        before += red_f[j];
+    }
+    var kept = 0.0;
+    for (var j = 0u; j < WG; j++) {
+        kept += red_f[j];
+    }
+    let goal = p.u * kept;
+    if mine > 0.0 && goal >= before && goal < before + mine {
+        var acc = before;
+        var pick = 0xffffffffu;
+        var last = 0xffffffffu;
+        for (var i = lo; i < hi; i++) {
+            let pr = work[i];
+            if pr > 0.0 && bitcast<u32>(pr) >= pth {
+                last = i;
+                acc += pr;
+                if acc > goal && pick == 0xffffffffu {
+                    pick = i;
+                }
+            }
+        }
+        chosen = select(pick, last, pick == 0xffffffffu);
+    }
+    workgroupBarrier();
+    if tid == 0u {
+        result[0] = chosen;
+    }
+}

@@ -1,0 +1,61 @@
+// Row-wise softmax (or log-softmax with LOG) of n_rows rows of n values, one workgroup a row.
+// Max-subtracted for stability; sums reduce in a fixed tree order, so results are reproducible.
+// Macros: WG, LOG.
+
+struct Params {
+    n: u32,
+    n_rows: u32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+var<workgroup> red: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let row = wid.x;
+    let live = row < p.n_rows;
+    let base = row * p.n;
+    var mx = -3.0e38;
+    if live {
+        for (var i = tid; i < p.n; i += WG) {
+            mx = max(mx, x[base + i]);
+        }
+    }
+    red[tid] = mx;
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if tid < s {
+            red[tid] = max(red[tid], red[tid + s]);
+        }
+    }
+    workgroupBarrier();
+    mx = red[0];
+    workgroupBarrier();
+    var sum = 0.0;
+    if live {
+        for (var i = tid; i < p.n; i += WG) {
+            sum += exp(x[base + i] - mx);
+        }
+    }
+    red[tid] = sum;
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if tid < s {
+            red[tid] += red[tid + s];
+        }
+    }
+    workgroupBarrier();
+    sum = red[0];
+    if live {
+        for (var i = tid; i < p.n; i += WG) {
+#if LOG
+            y[base + i] = x[base + i] - mx - log(sum);
+#else
+            y[base + i] = exp(x[base + i] - mx) / sum;
+#endif
+        }
+    }
+}
