@@ -1,8 +1,8 @@
 // y[t, row_offset + r] (+)= sum_c W[r, c] * x[t, c] for TILE tokens per workgroup.
-// One workgroup per weight row: its threads stride over the row's 8-weight units, each
-// unit is decoded once and reused for every token of the tile, then partial sums are
-// reduced in workgroup memory. Decode uses TILE = 1, prefill a larger tile.
-// Macros: one weight type flag (see common/quant.wgsl), WG, TILE, ACCUMULATE (adds into y).
+// Each 8-weight unit is decoded once and reused for every token of the tile.
+// Decode uses TILE = 1, prefill a larger tile.
+// Macros: one weight type flag (see common/quant.wgsl), WG, TILE, ACCUMULATE (adds into y),
+// ROW_PER_THREAD (the layout for CPU-like adapters, below).
 
 struct Params {
     rows: u32,        // rows in this weight chunk
@@ -24,6 +24,43 @@ struct Params {
 
 #include "common/quant.wgsl"
 
+fn store(row: u32, t: u32, v: f32) {
+    let yi = (t + step.pos0 * p.pos_rows) * p.y_stride + p.row_offset + row;
+#if ACCUMULATE
+    y[yi] += v;
+#else
+    y[yi] = v;
+#endif
+}
+
+#if ROW_PER_THREAD
+// CPU-like adapters (lavapipe, SwiftShader): a thread owns a whole row, so there are no
+// barriers or shared memory; neighbouring SIMD lanes walk neighbouring rows.
+@compute @workgroup_size(WG)
+fn matvec(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = gid.x + gid.z * nwg.x * WG;
+    let t0 = gid.y * TILE;
+    if row >= p.rows || t0 >= step.n_tokens {
+        return;
+    }
+    let units = p.cols / 8u;
+    let x_stride = p.cols / 4u;
+    let n_tile = min(TILE, step.n_tokens - t0);
+    var acc: array<f32, TILE>;
+    for (var u = 0u; u < units; u++) {
+        let w = load_unit(row, u, p.cols);
+        for (var t = 0u; t < TILE; t++) {
+            let xb = (t0 + min(t, n_tile - 1u)) * x_stride;
+            acc[t] += dot(w.a, x[xb + w.ia]) + dot(w.b, x[xb + w.ib]);
+        }
+    }
+    for (var t = 0u; t < n_tile; t++) {
+        store(row, t0 + t, acc[t]);
+    }
+}
+#else
+// GPUs: one workgroup per row; threads stride over the row's units (coalesced loads) and
+// partial sums are reduced in workgroup memory.
 var<workgroup> partial: array<f32, WG * TILE>;
 
 @compute @workgroup_size(WG)
@@ -58,11 +95,7 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
     if live && tid < n_tile {
-        let yi = (t0 + tid + step.pos0 * p.pos_rows) * p.y_stride + p.row_offset + row;
-#if ACCUMULATE
-        y[yi] += partial[tid * WG];
-#else
-        y[yi] = partial[tid * WG];
-#endif
+        store(row, t0 + tid, partial[tid * WG]);
     }
 }
+#endif

@@ -1,1 +1,110 @@
-//! Shared helpers for the whole-model tests.
+//! Shared set-up for the whole-model tests: the test model, the GPU, the llama.cpp fixture.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use lilypad_engine::{AdapterOptions, GpuContext, Model, ModelOptions};
+use lilypad_gguf::{GgufFile, MmapSource};
+use lilypad_tokenizer::TextTokenizer;
+use serde::Deserialize;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The test model (fetched by `scripts/fetch-model.sh`).
+pub fn smollm2_path() -> Option<PathBuf> {
+    let p = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.exists() {
+        return Some(p);
+    }
+    assert!(
+        std::env::var("LILYPAD_REQUIRE_MODEL").as_deref() != Ok("1"),
+        "{} is missing: run scripts/fetch-model.sh",
+        p.display()
+    );
+    eprintln!(
+        "skipping: {} is missing (scripts/fetch-model.sh fetches it)",
+        p.display()
+    );
+    None
+}
+
+pub fn gpu() -> Option<Arc<GpuContext>> {
+    static CTX: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
+    CTX.get_or_init(
+        || match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                assert!(
+                    std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"),
+                    "no GPU adapter: {e}"
+                );
+                eprintln!("skipping: {e}");
+                None
+            }
+        },
+    )
+    .clone()
+}
+
+pub struct Smol {
+    pub model: Model,
+    pub tok: TextTokenizer,
+    pub file: GgufFile,
+}
+
+/// SmolLM2 loaded once per test binary; tests lock it in turn.
+pub fn smollm2() -> Option<&'static Mutex<Smol>> {
+    static MODEL: OnceLock<Option<Mutex<Smol>>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let path = smollm2_path()?;
+            let ctx = gpu()?;
+            let src = MmapSource::open(&path).unwrap();
+            let file = GgufFile::read(&src).unwrap();
+            let tok = TextTokenizer::from_gguf(&file.metadata).unwrap();
+            let opts = ModelOptions {
+                context: Some(512),
+                ..Default::default()
+            };
+            let model =
+                pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |_| {})).unwrap();
+            Some(Mutex::new(Smol { model, tok, file }))
+        })
+        .as_ref()
+}
+
+#[derive(Deserialize)]
+pub struct Fixture {
+    pub model_sha256: String,
+    pub prompts: Vec<FixturePrompt>,
+}
+
+#[derive(Deserialize)]
+pub struct FixturePrompt {
+    pub name: String,
+    pub text: String,
+    #[serde(default)]
+    pub chat: bool,
+    #[serde(default)]
+    pub messages: Vec<lilypad_tokenizer::ChatMessage>,
+    pub prompt_tokens: Vec<u32>,
+    pub greedy_tokens: Vec<u32>,
+    pub greedy_text: String,
+    pub top_logits: Vec<TopLogits>,
+}
+
+#[derive(Deserialize)]
+pub struct TopLogits {
+    pub ids: Vec<u32>,
+    pub logits: Vec<f32>,
+}
+
+pub fn llama_cpp_fixture() -> Fixture {
+    let p = repo_root().join("tests/fixtures/smollm2-135m-q4_1.llamacpp.json");
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}

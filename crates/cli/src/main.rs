@@ -1,1 +1,587 @@
-fn main() {}
+//! `lilypad`: run GGUF models on the GPU from the command line.
+
+mod bench;
+mod download;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use lilypad_engine::{
+    AdapterOptions, GpuContext, LlamaConfig, Logits, Model, ModelOptions, SamplingParams,
+    memory_plan,
+};
+use lilypad_gguf::{GgufFile, MmapSource};
+use lilypad_tokenizer::{ChatMessage, TextTokenizer};
+
+#[derive(Parser)]
+#[command(
+    name = "lilypad",
+    version,
+    about = "Quantized LLM inference on WebGPU-class GPUs (Vulkan, Metal, DX12)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Architecture, tensors, quant types, parameter count and the GPU memory a model needs.
+    Inspect {
+        /// GGUF path or URL.
+        model: String,
+        /// List every tensor.
+        #[arg(long)]
+        tensors: bool,
+        /// Context length to plan memory for (default: the model's, at most 4096).
+        #[arg(long)]
+        context: Option<u32>,
+    },
+    /// Generate text from a prompt, streaming tokens.
+    Generate {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, short)]
+        prompt: String,
+        /// Wrap the prompt in the model's chat template as one user message.
+        #[arg(long)]
+        chat: bool,
+        /// System message for --chat (otherwise the template's default applies).
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long, default_value_t = 256)]
+        max_tokens: usize,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Chat interactively (the conversation's state is reused between turns).
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long, default_value_t = 512)]
+        max_tokens: usize,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+    },
+    /// Log-probabilities of a text's tokens and the top logits at each position.
+    Score {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, short)]
+        text: String,
+        #[arg(long)]
+        chat: bool,
+        /// Top logits to report per position.
+        #[arg(long, default_value_t = 8)]
+        top: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy bandwidth, each quantized matvec's bandwidth and ratio, prefill and decode speed.
+    Bench {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[arg(long, default_value_t = 128)]
+        prompt_tokens: usize,
+        #[arg(long, default_value_t = 32)]
+        gen_tokens: usize,
+    },
+    /// List GPU adapters (pick one with LILYPAD_ADAPTER=name-or-index).
+    Adapters,
+}
+
+#[derive(Args)]
+struct ModelArgs {
+    /// GGUF path or http(s) URL (downloaded once into the cache).
+    #[arg(long, short)]
+    model: String,
+    /// Expected sha256 of a downloaded model.
+    #[arg(long)]
+    sha256: Option<String>,
+    /// Context length (KV cache positions).
+    #[arg(long)]
+    context: Option<u32>,
+    /// GPU adapter name substring or index (also LILYPAD_ADAPTER).
+    #[arg(long)]
+    adapter: Option<String>,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Args, Clone)]
+struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    #[arg(long, default_value_t = 40)]
+    top_k: u32,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    presence_penalty: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: 64,
+            seed: self.seed,
+        }
+    }
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Inspect {
+            model,
+            tensors,
+            context,
+        } => inspect(&model, tensors, context),
+        Command::Generate {
+            model,
+            prompt,
+            chat,
+            system,
+            max_tokens,
+            sampling,
+        } => {
+            let mut lm = Loaded::open(&model)?;
+            let text = if chat {
+                lm.render_chat(system.as_deref(), &[ChatMessage::new("user", &prompt)])?
+            } else {
+                prompt
+            };
+            let ids = lm.tok.encode(&text, true)?;
+            let stdout = std::io::stdout();
+            lm.stream(
+                &ids,
+                &sampling.params(),
+                max_tokens,
+                &mut stdout.lock(),
+                model.quiet,
+            )?;
+            Ok(())
+        }
+        Command::Chat {
+            model,
+            system,
+            max_tokens,
+            sampling,
+        } => chat(&model, system.as_deref(), max_tokens, &sampling),
+        Command::Score {
+            model,
+            text,
+            chat,
+            top,
+            json,
+        } => score(&model, &text, chat, top, json),
+        Command::Bench {
+            model,
+            prompt_tokens,
+            gen_tokens,
+        } => {
+            let mut lm = Loaded::open(&model)?;
+            bench::run(
+                &mut lm.model,
+                &lm.file,
+                &lm.src,
+                &lm.tok,
+                prompt_tokens,
+                gen_tokens,
+            )
+        }
+        Command::Adapters => {
+            for (i, a) in pollster::block_on(lilypad_engine::gpu::list_adapters())
+                .iter()
+                .enumerate()
+            {
+                println!(
+                    "{i}: {} ({:?}, {:?}) {} {}",
+                    a.name, a.backend, a.device_type, a.driver, a.driver_info
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+fn open_file(
+    spec: &str,
+    sha256: Option<&str>,
+    quiet: bool,
+) -> Result<(PathBuf, MmapSource, GgufFile)> {
+    let path = download::resolve_model(spec, &download::default_cache_dir(), sha256, quiet)?;
+    let src = MmapSource::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let file = GgufFile::read(&src).with_context(|| format!("reading {}", path.display()))?;
+    Ok((path, src, file))
+}
+
+fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
+    let (path, _src, file) = open_file(spec, None, false)?;
+    let md = &file.metadata;
+    println!(
+        "file:         {} ({} bytes, GGUF v{})",
+        path.display(),
+        file.file_len,
+        file.version
+    );
+    println!("architecture: {}", md.architecture().unwrap_or("(none)"));
+    if let Ok(name) = md.str("general.name") {
+        println!("name:         {name}");
+    }
+    let mut by_type = std::collections::BTreeMap::<&str, (usize, u64)>::new();
+    for t in &file.tensors {
+        let e = by_type.entry(t.ty.name()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes();
+    }
+    println!("tensors:      {}", file.tensors.len());
+    for (ty, (n, bytes)) in &by_type {
+        println!(
+            "  {ty:>6}: {n:4} tensors, {}",
+            lilypad_engine::error::human_bytes(*bytes)
+        );
+    }
+    println!(
+        "parameters:   {} ({:.1} M)",
+        file.parameter_count(),
+        file.parameter_count() as f64 / 1e6
+    );
+    match LlamaConfig::from_gguf(&file) {
+        Ok(cfg) => {
+            println!(
+                "layers {}, embedding {}, FFN {}, heads {} (KV {}), head dim {}, vocab {}, RoPE base {}, context {}{}",
+                cfg.n_layer,
+                cfg.n_embd,
+                cfg.n_ff,
+                cfg.n_head,
+                cfg.n_kv_head,
+                cfg.head_dim,
+                cfg.vocab,
+                cfg.rope_base,
+                cfg.context_train,
+                if cfg.tied_embeddings {
+                    ", tied embeddings"
+                } else {
+                    ""
+                }
+            );
+            let ctx = context.unwrap_or(cfg.context_train.min(4096));
+            let plan = memory_plan(&file, &cfg, ctx, ModelOptions::default().max_batch);
+            println!("GPU memory:   {plan} at context {ctx}");
+            println!(
+                "largest single buffer: {}",
+                lilypad_engine::error::human_bytes(plan.largest_unsplittable)
+            );
+        }
+        Err(e) => println!("runnable:     no: {e}"),
+    }
+    match TextTokenizer::from_gguf(md) {
+        Ok(t) => println!(
+            "tokenizer:    {} tokens, BOS {:?} (added: {}), EOS {:?}, chat template: {}",
+            t.vocab_size(),
+            t.bos.and_then(|b| t.token(b)),
+            t.add_bos,
+            t.eos.and_then(|b| t.token(b)),
+            if t.chat_template.is_some() {
+                "yes"
+            } else {
+                "no"
+            }
+        ),
+        Err(e) => println!("tokenizer:    {e}"),
+    }
+    if list {
+        for t in &file.tensors {
+            println!("  {:40} {:>6} {:?}", t.name, t.ty.name(), t.dims);
+        }
+    }
+    Ok(())
+}
+
+/// A model on the GPU with its tokenizer.
+pub struct Loaded {
+    pub model: Model,
+    pub tok: TextTokenizer,
+    pub file: GgufFile,
+    pub src: MmapSource,
+}
+
+impl Loaded {
+    fn open(args: &ModelArgs) -> Result<Self> {
+        let (_path, src, file) = open_file(&args.model, args.sha256.as_deref(), args.quiet)?;
+        let tok = TextTokenizer::from_gguf(&file.metadata)?;
+        let mut opts = AdapterOptions::from_env();
+        if let Some(a) = &args.adapter {
+            opts.name = Some(a.clone());
+        }
+        let ctx: Arc<GpuContext> = pollster::block_on(GpuContext::new(&opts))?;
+        if !args.quiet {
+            eprintln!("adapter: {}", ctx.adapter);
+        }
+        let bar = if args.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(0)
+        };
+        bar.set_style(
+            ProgressStyle::with_template("loading {bar:30} {bytes}/{total_bytes} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let opts = ModelOptions {
+            context: args.context,
+            ..Default::default()
+        };
+        let model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |p| {
+            bar.set_length(p.total_bytes);
+            bar.set_position(p.done_bytes);
+            bar.set_message(p.tensor);
+        }))?;
+        bar.finish_and_clear();
+        Ok(Self {
+            model,
+            tok,
+            file,
+            src,
+        })
+    }
+
+    fn render_chat(&self, system: Option<&str>, turns: &[ChatMessage]) -> Result<String> {
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(ChatMessage::new("system", s));
+        }
+        messages.extend_from_slice(turns);
+        Ok(self
+            .tok
+            .template()?
+            .render(&messages, true, minijinja_undefined())?)
+    }
+
+    /// Generates and streams text to `out`; returns the text. Timings go to stderr.
+    fn stream(
+        &mut self,
+        prompt: &[u32],
+        sp: &SamplingParams,
+        max_tokens: usize,
+        out: &mut dyn Write,
+        quiet: bool,
+    ) -> Result<String> {
+        let start = Instant::now();
+        let mut first = None;
+        let mut detok = self.tok.stream();
+        let mut text = String::new();
+        let mut err = None;
+        let tok = &self.tok;
+        let generation = pollster::block_on(self.model.generate(
+            prompt,
+            sp,
+            max_tokens,
+            &|id| tok.is_stop(id),
+            &mut |id| {
+                first.get_or_insert_with(Instant::now);
+                if tok.is_stop(id) {
+                    return false;
+                }
+                match detok.push(id) {
+                    Ok(piece) => {
+                        text.push_str(&piece);
+                        let _ = out.write_all(piece.as_bytes());
+                        let _ = out.flush();
+                        true
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        false
+                    }
+                }
+            },
+        ))?;
+        if let Some(e) = err {
+            return Err(e.into());
+        }
+        let _ = writeln!(out);
+        let end = Instant::now();
+        if !quiet {
+            let first = first.unwrap_or(end);
+            let prefill = (first - start).as_secs_f64();
+            let decode = (end - first).as_secs_f64();
+            let n = generation.tokens.len().saturating_sub(1);
+            eprintln!(
+                "[prompt {} tokens ({} reused) in {:.2}s = {:.1} tok/s; generated {} tokens, {:.1} tok/s]",
+                generation.prompt_evaluated,
+                generation.prompt_reused,
+                prefill,
+                generation.prompt_evaluated as f64 / prefill.max(1e-9),
+                generation.tokens.len(),
+                n as f64 / decode.max(1e-9)
+            );
+        }
+        Ok(text)
+    }
+}
+
+fn minijinja_undefined() -> lilypad_tokenizer::TemplateValue {
+    lilypad_tokenizer::TemplateValue::UNDEFINED
+}
+
+fn chat(
+    args: &ModelArgs,
+    system: Option<&str>,
+    max_tokens: usize,
+    sampling: &SamplingArgs,
+) -> Result<()> {
+    let mut lm = Loaded::open(args)?;
+    let sp = sampling.params();
+    let mut turns: Vec<ChatMessage> = Vec::new();
+    eprintln!("chat: type a message; /reset starts over, /exit or Ctrl-D quits");
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        eprint!("> ");
+        let Some(line) = lines.next() else { break };
+        let line = line?;
+        match line.trim() {
+            "" => continue,
+            "/exit" | "/quit" => break,
+            "/reset" => {
+                turns.clear();
+                lm.model.reset();
+                continue;
+            }
+            _ => {}
+        }
+        turns.push(ChatMessage::new("user", &line));
+        let prompt = lm.tok.encode(&lm.render_chat(system, &turns)?, true)?;
+        let stdout = std::io::stdout();
+        let reply = lm.stream(&prompt, &sp, max_tokens, &mut stdout.lock(), args.quiet)?;
+        turns.push(ChatMessage::new("assistant", &reply));
+    }
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct TopLogit {
+    id: u32,
+    token: String,
+    logit: f32,
+}
+
+#[derive(serde::Serialize)]
+struct Position {
+    /// Index of the token whose next-token distribution this is.
+    pos: usize,
+    /// The token that actually follows, and its log-probability.
+    next: Option<u32>,
+    logprob: Option<f64>,
+    top: Vec<TopLogit>,
+}
+
+#[derive(serde::Serialize)]
+struct ScoreReport {
+    text: String,
+    tokens: Vec<u32>,
+    positions: Vec<Position>,
+    mean_logprob: f64,
+    perplexity: f64,
+}
+
+fn score(args: &ModelArgs, text: &str, chat: bool, top: usize, json: bool) -> Result<()> {
+    let mut lm = Loaded::open(args)?;
+    let text = if chat {
+        lm.render_chat(None, &[ChatMessage::new("user", text)])?
+    } else {
+        text.to_string()
+    };
+    let ids = lm.tok.encode(&text, true)?;
+    if ids.is_empty() {
+        bail!("the text has no tokens");
+    }
+    let vocab = lm.model.config.vocab as usize;
+    let logits = pollster::block_on(lm.model.eval(&ids, Logits::All))?;
+    let mut positions = Vec::new();
+    let mut sum = 0.0;
+    for (pos, row) in logits.chunks(vocab).enumerate() {
+        let m = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+        let lse = m + row.iter().map(|&l| (l as f64 - m).exp()).sum::<f64>().ln();
+        let next = ids.get(pos + 1).copied();
+        let logprob = next.map(|n| row[n as usize] as f64 - lse);
+        sum += logprob.unwrap_or(0.0);
+        let mut idx: Vec<usize> = (0..vocab).collect();
+        let k = top.min(vocab);
+        idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| row[b].total_cmp(&row[a]));
+        idx.truncate(k);
+        idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        let top = idx
+            .iter()
+            .map(|&i| TopLogit {
+                id: i as u32,
+                token: lm.tok.decode(&[i as u32]).unwrap_or_default(),
+                logit: row[i],
+            })
+            .collect();
+        positions.push(Position {
+            pos,
+            next,
+            logprob,
+            top,
+        });
+    }
+    let n = (ids.len() - 1).max(1) as f64;
+    let report = ScoreReport {
+        text,
+        tokens: ids,
+        positions,
+        mean_logprob: sum / n,
+        perplexity: (-sum / n).exp(),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for p in &report.positions {
+            let cur = lm.tok.decode(&[report.tokens[p.pos]]).unwrap_or_default();
+            let best = p
+                .top
+                .first()
+                .map(|t| format!("{:?} {:.3}", t.token, t.logit))
+                .unwrap_or_default();
+            println!(
+                "{:5} {:20} logprob(next) {:>9}  top: {best}",
+                p.pos,
+                format!("{cur:?}"),
+                p.logprob.map(|l| format!("{l:.4}")).unwrap_or("-".into())
+            );
+        }
+        println!(
+            "tokens {}, mean logprob {:.4}, perplexity {:.3}",
+            report.tokens.len(),
+            report.mean_logprob,
+            report.perplexity
+        );
+    }
+    Ok(())
+}

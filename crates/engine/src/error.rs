@@ -6,7 +6,10 @@ pub type Result<T> = std::result::Result<T, EngineError>;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("no usable GPU adapter{}: {reason}", adapter.as_ref().map(|a| format!(" matching {a:?}")).unwrap_or_default())]
-    NoAdapter { adapter: Option<String>, reason: String },
+    NoAdapter {
+        adapter: Option<String>,
+        reason: String,
+    },
     #[error("the GPU device could not be created on {adapter}: {reason}")]
     DeviceRequest { adapter: String, reason: String },
     #[error("the GPU device was lost: {0}")]
@@ -22,19 +25,32 @@ pub enum EngineError {
     #[error("{op}: shape mismatch: {detail}")]
     Shape { op: &'static str, detail: String },
     #[error("tensor {tensor} has type {ty}, which {context} does not support")]
-    UnsupportedType { tensor: String, ty: &'static str, context: &'static str },
+    UnsupportedType {
+        tensor: String,
+        ty: &'static str,
+        context: &'static str,
+    },
     #[error("unsupported model architecture {0:?} (supported: llama)")]
     UnsupportedArchitecture(String),
     #[error("model tensor {0:?} is missing")]
     MissingTensor(String),
     #[error("model tensor {name} has shape {got:?}, expected {expected:?}")]
-    TensorShape { name: String, expected: Vec<u64>, got: Vec<u64> },
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        got: Vec<u64>,
+    },
     #[error("invalid model configuration: {0}")]
     Config(String),
     #[error(
         "the model needs {needed} on the GPU but the adapter {adapter} allows {allowed} ({what})"
     )]
-    TooLarge { adapter: String, what: &'static str, needed: String, allowed: String },
+    TooLarge {
+        adapter: String,
+        what: &'static str,
+        needed: String,
+        allowed: String,
+    },
     #[error("context is full: {needed} positions needed, the context holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
     #[error("token id {id} is outside the vocabulary of {vocab}")]

@@ -19,8 +19,12 @@ impl AdapterOptions {
     /// Reads `LILYPAD_ADAPTER` (name substring or index) and `LILYPAD_BACKEND`
     /// (vulkan, metal, dx12, gl, webgpu).
     pub fn from_env() -> Self {
-        let name = std::env::var("LILYPAD_ADAPTER").ok().filter(|s| !s.is_empty());
-        let backends = std::env::var("LILYPAD_BACKEND").ok().map(|b| wgpu::Backends::from_comma_list(&b));
+        let name = std::env::var("LILYPAD_ADAPTER")
+            .ok()
+            .filter(|s| !s.is_empty());
+        let backends = std::env::var("LILYPAD_BACKEND")
+            .ok()
+            .map(|b| wgpu::Backends::from_comma_list(&b));
         Self { name, backends }
     }
 }
@@ -46,7 +50,11 @@ impl std::fmt::Display for AdapterSummary {
             self.name,
             self.backend,
             self.device_type,
-            if self.driver.is_empty() { String::new() } else { format!(", {}", self.driver) },
+            if self.driver.is_empty() {
+                String::new()
+            } else {
+                format!(", {}", self.driver)
+            },
             crate::error::human_bytes(self.max_storage_binding),
             crate::error::human_bytes(self.max_buffer),
         )
@@ -59,6 +67,7 @@ pub struct GpuContext {
     pub adapter: AdapterSummary,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    pub matvec_layout: crate::ops::matvec::MatvecLayout,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
     pub(crate) kernels: crate::kernels::KernelCache,
@@ -75,7 +84,10 @@ impl GpuContext {
         let info = adapter.get_info();
         let adapter_limits = adapter.limits();
         let downlevel = adapter.get_downlevel_capabilities();
-        if !downlevel.flags.contains(wgpu::DownlevelFlags::COMPUTE_SHADERS) {
+        if !downlevel
+            .flags
+            .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
+        {
             return Err(EngineError::NoAdapter {
                 adapter: Some(info.name.clone()),
                 reason: "the adapter has no compute shaders".into(),
@@ -85,9 +97,12 @@ impl GpuContext {
         let limits = wgpu::Limits {
             max_storage_buffer_binding_size: adapter_limits.max_storage_buffer_binding_size,
             max_buffer_size: adapter_limits.max_buffer_size,
-            max_storage_buffers_per_shader_stage: adapter_limits.max_storage_buffers_per_shader_stage.min(10),
+            max_storage_buffers_per_shader_stage: adapter_limits
+                .max_storage_buffers_per_shader_stage
+                .min(10),
             max_compute_workgroup_storage_size: adapter_limits.max_compute_workgroup_storage_size,
-            max_compute_invocations_per_workgroup: adapter_limits.max_compute_invocations_per_workgroup,
+            max_compute_invocations_per_workgroup: adapter_limits
+                .max_compute_invocations_per_workgroup,
             max_compute_workgroup_size_x: adapter_limits.max_compute_workgroup_size_x,
             ..wgpu::Limits::downlevel_defaults()
         };
@@ -100,7 +115,10 @@ impl GpuContext {
                 ..Default::default()
             })
             .await
-            .map_err(|e| EngineError::DeviceRequest { adapter: info.name.clone(), reason: e.to_string() })?;
+            .map_err(|e| EngineError::DeviceRequest {
+                adapter: info.name.clone(),
+                reason: e.to_string(),
+            })?;
 
         let lost = Arc::new(Mutex::new(None));
         let lost_cb = lost.clone();
@@ -131,7 +149,9 @@ impl GpuContext {
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
         };
+        let matvec_layout = crate::ops::matvec::MatvecLayout::for_adapter(info.device_type);
         Ok(Arc::new(Self {
+            matvec_layout,
             device,
             queue,
             adapter,
@@ -153,19 +173,30 @@ impl GpuContext {
             if message.to_lowercase().contains("out of memory") {
                 return Err(EngineError::OutOfMemory(message));
             }
-            return Err(EngineError::Validation { context: "GPU work".into(), message });
+            return Err(EngineError::Validation {
+                context: "GPU work".into(),
+                message,
+            });
         }
         Ok(())
     }
 
     /// A storage buffer of `size` bytes, checked against the adapter's limits first so
     /// oversized requests fail with a typed error instead of a device error.
-    pub fn storage_buffer(&self, label: &str, size: u64, extra: wgpu::BufferUsages) -> Result<wgpu::Buffer> {
+    pub fn storage_buffer(
+        &self,
+        label: &str,
+        size: u64,
+        extra: wgpu::BufferUsages,
+    ) -> Result<wgpu::Buffer> {
         self.check_binding(label, size)?;
         Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: size.max(4).next_multiple_of(4),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC | extra,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC
+                | extra,
             mapped_at_creation: false,
         }))
     }
@@ -178,19 +209,24 @@ impl GpuContext {
             padded.resize(data.len().max(4).next_multiple_of(4), 0);
             return self.storage_buffer_init(label, &padded);
         }
-        Ok(self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: data,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-        }))
+        Ok(self
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: data,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_DST
+                    | wgpu::BufferUsages::COPY_SRC,
+            }))
     }
 
     pub fn uniform_buffer(&self, label: &str, data: &[u8]) -> wgpu::Buffer {
-        self.device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some(label),
-            contents: data,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-        })
+        self.device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: data,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            })
     }
 
     pub fn check_binding(&self, label: &str, size: u64) -> Result<()> {
@@ -208,7 +244,12 @@ impl GpuContext {
 
     /// Copies `size` bytes of `buffer` from `offset` to the CPU. Natively this polls the
     /// device; in the browser the map callback arrives from the event loop.
-    pub async fn read_back(&self, buffer: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
+    pub async fn read_back(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Result<Vec<u8>> {
         let size = size.next_multiple_of(4);
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("read-back"),
@@ -227,7 +268,10 @@ impl GpuContext {
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| EngineError::Readback(e.to_string()))?;
-        let mapped = rx.recv_async().await.map_err(|e| EngineError::Readback(e.to_string()))?;
+        let mapped = rx
+            .recv_async()
+            .await
+            .map_err(|e| EngineError::Readback(e.to_string()))?;
         self.check()?;
         mapped.map_err(|e| EngineError::Readback(e.to_string()))?;
         let bytes = staging
@@ -238,12 +282,22 @@ impl GpuContext {
         Ok(bytes)
     }
 
-    pub async fn read_f32(&self, buffer: &wgpu::Buffer, offset_elems: u64, n: u64) -> Result<Vec<f32>> {
+    pub async fn read_f32(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset_elems: u64,
+        n: u64,
+    ) -> Result<Vec<f32>> {
         let bytes = self.read_back(buffer, offset_elems * 4, n * 4).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes[..(n * 4) as usize]))
     }
 
-    pub async fn read_u32(&self, buffer: &wgpu::Buffer, offset_elems: u64, n: u64) -> Result<Vec<u32>> {
+    pub async fn read_u32(
+        &self,
+        buffer: &wgpu::Buffer,
+        offset_elems: u64,
+        n: u64,
+    ) -> Result<Vec<u32>> {
         let bytes = self.read_back(buffer, offset_elems * 4, n * 4).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes[..(n * 4) as usize]))
     }
@@ -261,13 +315,17 @@ impl GpuContext {
 async fn pick_adapter(instance: &wgpu::Instance, opts: &AdapterOptions) -> Result<wgpu::Adapter> {
     #[cfg(not(target_arch = "wasm32"))]
     if let Some(want) = &opts.name {
-        let adapters = instance.enumerate_adapters(opts.backends.unwrap_or(wgpu::Backends::all())).await;
+        let adapters = instance
+            .enumerate_adapters(opts.backends.unwrap_or(wgpu::Backends::all()))
+            .await;
         let names: Vec<String> = adapters.iter().map(|a| a.get_info().name).collect();
         let chosen = match want.parse::<usize>() {
             Ok(i) => adapters.into_iter().nth(i),
             Err(_) => {
                 let w = want.to_lowercase();
-                adapters.into_iter().find(|a| a.get_info().name.to_lowercase().contains(&w))
+                adapters
+                    .into_iter()
+                    .find(|a| a.get_info().name.to_lowercase().contains(&w))
             }
         };
         return chosen.ok_or_else(|| EngineError::NoAdapter {
@@ -298,6 +356,12 @@ async fn pick_adapter(instance: &wgpu::Instance, opts: &AdapterOptions) -> Resul
 /// Lists the adapters this machine offers (natively).
 #[cfg(not(target_arch = "wasm32"))]
 pub async fn list_adapters() -> Vec<wgpu::AdapterInfo> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-    instance.enumerate_adapters(wgpu::Backends::all()).await.iter().map(|a| a.get_info()).collect()
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    instance
+        .enumerate_adapters(wgpu::Backends::all())
+        .await
+        .iter()
+        .map(|a| a.get_info())
+        .collect()
 }

@@ -9,16 +9,37 @@ use crate::gpu::GpuContext;
 
 /// Every shader file, by its path under `shaders/`.
 const SOURCES: &[(&str, &str)] = &[
-    ("common/quant.wgsl", include_str!("../../../shaders/common/quant.wgsl")),
-    ("common/step.wgsl", include_str!("../../../shaders/common/step.wgsl")),
+    (
+        "common/quant.wgsl",
+        include_str!("../../../shaders/common/quant.wgsl"),
+    ),
+    (
+        "common/step.wgsl",
+        include_str!("../../../shaders/common/step.wgsl"),
+    ),
     ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
-    ("get_rows.wgsl", include_str!("../../../shaders/get_rows.wgsl")),
+    (
+        "get_rows.wgsl",
+        include_str!("../../../shaders/get_rows.wgsl"),
+    ),
     ("matvec.wgsl", include_str!("../../../shaders/matvec.wgsl")),
-    ("rms_norm.wgsl", include_str!("../../../shaders/rms_norm.wgsl")),
+    (
+        "rms_norm.wgsl",
+        include_str!("../../../shaders/rms_norm.wgsl"),
+    ),
     ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
-    ("attention.wgsl", include_str!("../../../shaders/attention.wgsl")),
-    ("elementwise.wgsl", include_str!("../../../shaders/elementwise.wgsl")),
-    ("softmax.wgsl", include_str!("../../../shaders/softmax.wgsl")),
+    (
+        "attention.wgsl",
+        include_str!("../../../shaders/attention.wgsl"),
+    ),
+    (
+        "elementwise.wgsl",
+        include_str!("../../../shaders/elementwise.wgsl"),
+    ),
+    (
+        "softmax.wgsl",
+        include_str!("../../../shaders/softmax.wgsl"),
+    ),
     ("sample.wgsl", include_str!("../../../shaders/sample.wgsl")),
 ];
 
@@ -53,7 +74,9 @@ impl Macros {
         self.0.sort();
     }
     fn is_set(&self, name: &str) -> bool {
-        self.0.iter().any(|(n, v)| n == name && v != "0" && v != "0u")
+        self.0
+            .iter()
+            .any(|(n, v)| n == name && v != "0" && v != "0u")
     }
 }
 
@@ -68,7 +91,10 @@ pub fn preprocess(path: &str, macros: &Macros) -> Result<String> {
 }
 
 fn expand(path: &str, macros: &Macros, out: &mut String, depth: usize) -> Result<()> {
-    let err = |message: String| EngineError::Shader { name: path.to_string(), message };
+    let err = |message: String| EngineError::Shader {
+        name: path.to_string(),
+        message,
+    };
     if depth > 4 {
         return Err(err("#include nested too deeply".into()));
     }
@@ -86,10 +112,14 @@ fn expand(path: &str, macros: &Macros, out: &mut String, depth: usize) -> Result
             };
             stack.push((cond, cond));
         } else if t.starts_with("#else") {
-            let top = stack.last_mut().ok_or_else(|| err(format!("line {}: #else without #if", lineno + 1)))?;
+            let top = stack
+                .last_mut()
+                .ok_or_else(|| err(format!("line {}: #else without #if", lineno + 1)))?;
             *top = (!top.1, true);
         } else if t.starts_with("#endif") {
-            stack.pop().ok_or_else(|| err(format!("line {}: #endif without #if", lineno + 1)))?;
+            stack
+                .pop()
+                .ok_or_else(|| err(format!("line {}: #endif without #if", lineno + 1)))?;
         } else if let Some(rest) = t.strip_prefix("#include") {
             if active(&stack) {
                 let inc = rest.trim().trim_matches('"');
@@ -120,28 +150,48 @@ pub(crate) struct KernelCache {
 
 impl GpuContext {
     /// The compute pipeline for `entry` in `path` with `macros`, compiled once.
-    pub fn pipeline(&self, path: &'static str, entry: &'static str, macros: &Macros) -> Result<Arc<wgpu::ComputePipeline>> {
-        let key = PipelineKey { path, entry, macros: macros.clone() };
+    pub fn pipeline(
+        &self,
+        path: &'static str,
+        entry: &'static str,
+        macros: &Macros,
+    ) -> Result<Arc<wgpu::ComputePipeline>> {
+        let key = PipelineKey {
+            path,
+            entry,
+            macros: macros.clone(),
+        };
         if let Some(p) = self.kernels.pipelines.lock().unwrap().get(&key) {
             return Ok(p.clone());
         }
         let code = preprocess(path, macros)?;
-        let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(path),
-            source: wgpu::ShaderSource::Wgsl(code.into()),
-        });
-        let pipeline = self.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(entry),
-            layout: None,
-            module: &module,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(path),
+                source: wgpu::ShaderSource::Wgsl(code.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
         // Native wgpu reports shader errors synchronously through the error handler.
-        self.check().map_err(|e| EngineError::Shader { name: format!("{path}:{entry}"), message: e.to_string() })?;
+        self.check().map_err(|e| EngineError::Shader {
+            name: format!("{path}:{entry}"),
+            message: e.to_string(),
+        })?;
         let pipeline = Arc::new(pipeline);
-        self.kernels.pipelines.lock().unwrap().insert(key, pipeline.clone());
+        self.kernels
+            .pipelines
+            .lock()
+            .unwrap()
+            .insert(key, pipeline.clone());
         Ok(pipeline)
     }
 }
@@ -159,7 +209,10 @@ pub struct Dispatch {
 pub enum Grid {
     Fixed([u32; 3]),
     /// `[x, ceil(tokens / per_y), 1]`.
-    PerTokens { x: u32, per_y: u32 },
+    PerTokens {
+        x: u32,
+        per_y: u32,
+    },
 }
 
 /// Largest workgroup count in one dimension (WebGPU's default limit).
@@ -167,7 +220,11 @@ pub const MAX_GROUPS: u32 = 65535;
 
 /// Splits a long 1-D grid over x and z; kernels rebuild the linear id with `num_workgroups`.
 pub fn fold_grid(n: u32) -> (u32, u32) {
-    if n <= MAX_GROUPS { (n.max(1), 1) } else { (MAX_GROUPS, n.div_ceil(MAX_GROUPS)) }
+    if n <= MAX_GROUPS {
+        (n.max(1), 1)
+    } else {
+        (MAX_GROUPS, n.div_ceil(MAX_GROUPS))
+    }
 }
 
 impl Dispatch {
@@ -179,8 +236,11 @@ impl Dispatch {
         buffers: &[wgpu::BindingResource<'_>],
         grid: Grid,
     ) -> Self {
-        let indexed: Vec<(u32, wgpu::BindingResource)> =
-            buffers.iter().enumerate().map(|(i, r)| (i as u32, r.clone())).collect();
+        let indexed: Vec<(u32, wgpu::BindingResource)> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i as u32, r.clone()))
+            .collect();
         Self::with_bindings(ctx, label, pipeline, &indexed, grid)
     }
 
@@ -195,14 +255,22 @@ impl Dispatch {
         let layout = pipeline.get_bind_group_layout(0);
         let entries: Vec<wgpu::BindGroupEntry> = bindings
             .iter()
-            .map(|(i, r)| wgpu::BindGroupEntry { binding: *i, resource: r.clone() })
+            .map(|(i, r)| wgpu::BindGroupEntry {
+                binding: *i,
+                resource: r.clone(),
+            })
             .collect();
         let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(label),
             layout: &layout,
             entries: &entries,
         });
-        Self { label, pipeline, bind_group, grid }
+        Self {
+            label,
+            pipeline,
+            bind_group,
+            grid,
+        }
     }
 
     pub fn grid_for(&self, tokens: u32) -> [u32; 3] {
@@ -241,7 +309,11 @@ mod tests {
 
     #[test]
     fn preprocessor_branches_and_constants() {
-        let code = preprocess("common/quant.wgsl", &Macros::new().u32("WG", 64).flag("Q4_0")).unwrap();
+        let code = preprocess(
+            "common/quant.wgsl",
+            &Macros::new().u32("WG", 64).flag("Q4_0"),
+        )
+        .unwrap();
         assert!(code.starts_with("const Q4_0 = 1;\nconst WG = 64u;\n"));
         assert!(!code.contains("#if"));
     }

@@ -11,5 +11,7 @@ pub mod weights;
 
 pub use error::{EngineError, Result};
 pub use gpu::{AdapterOptions, AdapterSummary, GpuContext};
-pub use model::{LlamaConfig, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
+pub use model::{
+    Generation, LlamaConfig, LoadProgress, Logits, MemoryPlan, Model, ModelOptions, memory_plan,
+};
 pub use ops::sample::{Rng, SamplingParams};

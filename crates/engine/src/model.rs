@@ -52,8 +52,12 @@ impl LlamaConfig {
                 "{n_head} heads, {n_kv_head} KV heads, embedding {n_embd}"
             )));
         }
-        let head_dim = md.u32(&key("attention.key_length")).unwrap_or(n_embd / n_head);
-        let embd = file.tensor("token_embd.weight").ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
+        let head_dim = md
+            .u32(&key("attention.key_length"))
+            .unwrap_or(n_embd / n_head);
+        let embd = file
+            .tensor("token_embd.weight")
+            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
         let vocab = *embd.dims.get(1).unwrap_or(&0);
         let cfg = Self {
             n_layer: md.u32(&key("block_count"))?,
@@ -63,14 +67,22 @@ impl LlamaConfig {
             n_kv_head,
             head_dim,
             n_rot: md.u32(&key("rope.dimension_count")).unwrap_or(head_dim),
-            vocab: u32::try_from(vocab).map_err(|_| EngineError::Config(format!("vocabulary of {vocab}")))?,
+            vocab: u32::try_from(vocab)
+                .map_err(|_| EngineError::Config(format!("vocabulary of {vocab}")))?,
             rope_base: md.f32(&key("rope.freq_base")).unwrap_or(10_000.0),
-            rms_eps: md.f32(&key("attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            rms_eps: md
+                .f32(&key("attention.layer_norm_rms_epsilon"))
+                .unwrap_or(1e-5),
             context_train: md.u32(&key("context_length")).unwrap_or(2048),
             tied_embeddings: file.tensor("output.weight").is_none(),
             arch,
         };
-        if cfg.n_layer == 0 || cfg.n_layer > 1024 || cfg.head_dim > 256 || cfg.head_dim % 8 != 0 || cfg.n_rot > cfg.head_dim {
+        if cfg.n_layer == 0
+            || cfg.n_layer > 1024
+            || cfg.head_dim > 256
+            || cfg.head_dim % 8 != 0
+            || cfg.n_rot > cfg.head_dim
+        {
             return Err(EngineError::Config(format!(
                 "{} layers, head dim {} (the kernels take 8..=256, multiple of 8), rope dims {}",
                 cfg.n_layer, cfg.head_dim, cfg.n_rot
@@ -89,8 +101,16 @@ impl LlamaConfig {
 
     /// (name, [rows, cols]) of every tensor the forward pass reads.
     pub fn tensor_shapes(&self) -> Vec<(String, [u64; 2])> {
-        let (e, q, kv, f) = (self.n_embd as u64, self.q_dim() as u64, self.kv_dim() as u64, self.n_ff as u64);
-        let mut v = vec![("token_embd.weight".to_string(), [self.vocab as u64, e]), ("output_norm.weight".into(), [1, e])];
+        let (e, q, kv, f) = (
+            self.n_embd as u64,
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+            self.n_ff as u64,
+        );
+        let mut v = vec![
+            ("token_embd.weight".to_string(), [self.vocab as u64, e]),
+            ("output_norm.weight".into(), [1, e]),
+        ];
         if !self.tied_embeddings {
             v.push(("output.weight".into(), [self.vocab as u64, e]));
         }
@@ -153,7 +173,11 @@ pub struct ModelOptions {
 
 impl Default for ModelOptions {
     fn default() -> Self {
-        Self { context: None, max_batch: 64, max_chunk_bytes: None }
+        Self {
+            context: None,
+            max_batch: 64,
+            max_chunk_bytes: None,
+        }
     }
 }
 
@@ -163,13 +187,19 @@ pub fn memory_plan(file: &GgufFile, cfg: &LlamaConfig, context: u32, max_batch: 
     for (name, _) in cfg.tensor_shapes() {
         if let Some(t) = file.tensor(&name) {
             // Norms are widened to f32; everything else keeps its size.
-            plan.weights += if t.dims.len() == 1 || t.rows() == 1 { t.n_elements() * 4 } else { t.n_bytes() };
+            plan.weights += if t.dims.len() == 1 || t.rows() == 1 {
+                t.n_elements() * 4
+            } else {
+                t.n_bytes()
+            };
         }
     }
     let kv_layer = context as u64 * cfg.kv_dim() as u64 * 4;
     plan.kv_cache = 2 * cfg.n_layer as u64 * kv_layer;
     let b = max_batch as u64;
-    plan.activations = 4 * b * (2 * cfg.n_embd as u64 + 2 * cfg.q_dim() as u64 + 3 * cfg.n_ff as u64 + cfg.vocab as u64)
+    plan.activations = 4
+        * b
+        * (2 * cfg.n_embd as u64 + 2 * cfg.q_dim() as u64 + 3 * cfg.n_ff as u64 + cfg.vocab as u64)
         + 4 * (cfg.n_embd as u64 + 2 * cfg.vocab as u64);
     plan.largest_unsplittable = kv_layer.max(b * cfg.vocab as u64 * 4);
     plan
@@ -234,7 +264,13 @@ pub struct Model {
     head_last: Vec<Dispatch>,
     head_all: Vec<Dispatch>,
     sampler: Sampler,
-    _keep: (Vec<Layer>, GpuWeight, Option<GpuWeight>, wgpu::Buffer, wgpu::Buffer),
+    _keep: (
+        Vec<Layer>,
+        GpuWeight,
+        Option<GpuWeight>,
+        wgpu::Buffer,
+        wgpu::Buffer,
+    ),
 }
 
 fn shape_of(t: &TensorInfo) -> [u64; 2] {
@@ -257,15 +293,29 @@ impl Model {
         // Validate everything before allocating anything on the GPU.
         let mut total_bytes = 0;
         for (name, expected) in cfg.tensor_shapes() {
-            let t = file.tensor(&name).ok_or_else(|| EngineError::MissingTensor(name.clone()))?;
+            let t = file
+                .tensor(&name)
+                .ok_or_else(|| EngineError::MissingTensor(name.clone()))?;
             let got = shape_of(t);
             if got != expected || t.dims.len() > 2 {
-                return Err(EngineError::TensorShape { name, expected: expected.to_vec(), got: t.dims.clone() });
+                return Err(EngineError::TensorShape {
+                    name,
+                    expected: expected.to_vec(),
+                    got: t.dims.clone(),
+                });
             }
             let is_norm = expected[0] == 1;
-            let ok = if is_norm { matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) } else { weights::supported(t.ty) };
+            let ok = if is_norm {
+                matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+            } else {
+                weights::supported(t.ty)
+            };
             if !ok {
-                return Err(EngineError::UnsupportedType { tensor: name, ty: t.ty.name(), context: "this engine" });
+                return Err(EngineError::UnsupportedType {
+                    tensor: name,
+                    ty: t.ty.name(),
+                    context: "this engine",
+                });
             }
             total_bytes += t.n_bytes();
         }
@@ -286,18 +336,38 @@ impl Model {
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let mut done = 0u64;
         let mut matrix = |name: &str| -> Result<GpuWeight> {
-            let t = file.tensor(name).ok_or_else(|| EngineError::MissingTensor(name.into()))?;
+            let t = file
+                .tensor(name)
+                .ok_or_else(|| EngineError::MissingTensor(name.into()))?;
             let bytes = file.tensor_bytes(src, t)?;
-            let w = GpuWeight::upload(&ctx, name, t.ty, t.rows(), t.cols(), &bytes, opts.max_chunk_bytes)?;
+            let w = GpuWeight::upload(
+                &ctx,
+                name,
+                t.ty,
+                t.rows(),
+                t.cols(),
+                &bytes,
+                opts.max_chunk_bytes,
+            )?;
             done += t.n_bytes();
-            progress(LoadProgress { tensor: name.to_string(), done_bytes: done, total_bytes });
+            progress(LoadProgress {
+                tensor: name.to_string(),
+                done_bytes: done,
+                total_bytes,
+            });
             Ok(w)
         };
         let embd = matrix("token_embd.weight")?;
-        let output = if cfg.tied_embeddings { None } else { Some(matrix("output.weight")?) };
+        let output = if cfg.tied_embeddings {
+            None
+        } else {
+            Some(matrix("output.weight")?)
+        };
         let mut done_norm = 0u64;
         let mut norm = |name: &str| -> Result<wgpu::Buffer> {
-            let t = file.tensor(name).ok_or_else(|| EngineError::MissingTensor(name.into()))?;
+            let t = file
+                .tensor(name)
+                .ok_or_else(|| EngineError::MissingTensor(name.into()))?;
             let mut v = vec![0f32; t.n_elements() as usize];
             lilypad_gguf::dequantize(t.ty, &file.tensor_bytes(src, t)?, &mut v)?;
             done_norm += t.n_bytes();
@@ -323,7 +393,8 @@ impl Model {
                 v_cache: ctx.storage_buffer("v cache", kv_bytes, wgpu::BufferUsages::empty())?,
             });
         }
-        let f32s = |label: &str, n: u64| ctx.storage_buffer(label, n * 4, wgpu::BufferUsages::empty());
+        let f32s =
+            |label: &str, n: u64| ctx.storage_buffer(label, n * 4, wgpu::BufferUsages::empty());
         let buf = Buffers {
             ids: f32s("token ids", b)?,
             x: f32s("x", b * cfg.n_embd as u64)?,
@@ -339,42 +410,141 @@ impl Model {
             step_one: ops::step_buffer(&ctx),
         };
         ops::write_step(&ctx, &buf.step_one, Step::new(1, 0));
-        let freqs = ctx.storage_buffer_init("rope freqs", bytemuck::cast_slice(&ops::rope::frequencies(cfg.rope_base as f64, cfg.n_rot)))?;
+        let freqs = ctx.storage_buffer_init(
+            "rope freqs",
+            bytemuck::cast_slice(&ops::rope::frequencies(cfg.rope_base as f64, cfg.n_rot)),
+        )?;
 
         let graph = |tile: u32| -> Result<Vec<Dispatch>> {
             let mut g = Vec::new();
             let (e, q, kv, f) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
             let s = &buf.step;
-            g.extend(ops::get_rows::get_rows(&ctx, &embd, &buf.ids, &buf.x, max_batch, s)?);
+            g.extend(ops::get_rows::get_rows(
+                &ctx, &embd, &buf.ids, &buf.x, max_batch, s,
+            )?);
             let scale = 1.0 / (cfg.head_dim as f32).sqrt();
             for l in &layers {
-                g.push(ops::rms_norm::rms_norm(&ctx, &buf.x, &l.attn_norm, &buf.xn, e, 1, cfg.rms_eps, s)?);
-                g.extend(ops::matvec::matvec(&ctx, &l.wq, &buf.xn, &buf.q, q, s, tile, false, false)?);
-                g.extend(ops::matvec::matvec(&ctx, &l.wk, &buf.xn, &l.k_cache, kv, s, tile, false, true)?);
-                g.extend(ops::matvec::matvec(&ctx, &l.wv, &buf.xn, &l.v_cache, kv, s, tile, false, true)?);
-                g.push(ops::rope::rope(&ctx, &buf.q, &freqs, cfg.n_head, cfg.head_dim, cfg.n_rot, RopeMode::Interleaved, false, s)?);
-                g.push(ops::rope::rope(&ctx, &l.k_cache, &freqs, cfg.n_kv_head, cfg.head_dim, cfg.n_rot, RopeMode::Interleaved, true, s)?);
-                g.push(ops::attention::attention(
-                    &ctx, &buf.q, &l.k_cache, &l.v_cache, &buf.att, cfg.n_head, cfg.n_kv_head, cfg.head_dim, scale, s,
+                g.push(ops::rms_norm::rms_norm(
+                    &ctx,
+                    &buf.x,
+                    &l.attn_norm,
+                    &buf.xn,
+                    e,
+                    1,
+                    cfg.rms_eps,
+                    s,
                 )?);
-                g.extend(ops::matvec::matvec(&ctx, &l.wo, &buf.att, &buf.x, e, s, tile, true, false)?);
-                g.push(ops::rms_norm::rms_norm(&ctx, &buf.x, &l.ffn_norm, &buf.xn, e, 1, cfg.rms_eps, s)?);
-                g.extend(ops::matvec::matvec(&ctx, &l.gate, &buf.xn, &buf.gate, f, s, tile, false, false)?);
-                g.extend(ops::matvec::matvec(&ctx, &l.up, &buf.xn, &buf.up, f, s, tile, false, false)?);
-                g.push(ops::elementwise::silu_mul(&ctx, &buf.gate, &buf.up, &buf.act, f, max_batch, s)?);
-                g.extend(ops::matvec::matvec(&ctx, &l.down, &buf.act, &buf.x, e, s, tile, true, false)?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.wq, &buf.xn, &buf.q, q, s, tile, false, false,
+                )?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.wk, &buf.xn, &l.k_cache, kv, s, tile, false, true,
+                )?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.wv, &buf.xn, &l.v_cache, kv, s, tile, false, true,
+                )?);
+                g.push(ops::rope::rope(
+                    &ctx,
+                    &buf.q,
+                    &freqs,
+                    cfg.n_head,
+                    cfg.head_dim,
+                    cfg.n_rot,
+                    RopeMode::Interleaved,
+                    false,
+                    s,
+                )?);
+                g.push(ops::rope::rope(
+                    &ctx,
+                    &l.k_cache,
+                    &freqs,
+                    cfg.n_kv_head,
+                    cfg.head_dim,
+                    cfg.n_rot,
+                    RopeMode::Interleaved,
+                    true,
+                    s,
+                )?);
+                g.push(ops::attention::attention(
+                    &ctx,
+                    &buf.q,
+                    &l.k_cache,
+                    &l.v_cache,
+                    &buf.att,
+                    cfg.n_head,
+                    cfg.n_kv_head,
+                    cfg.head_dim,
+                    scale,
+                    s,
+                )?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.wo, &buf.att, &buf.x, e, s, tile, true, false,
+                )?);
+                g.push(ops::rms_norm::rms_norm(
+                    &ctx,
+                    &buf.x,
+                    &l.ffn_norm,
+                    &buf.xn,
+                    e,
+                    1,
+                    cfg.rms_eps,
+                    s,
+                )?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.gate, &buf.xn, &buf.gate, f, s, tile, false, false,
+                )?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.up, &buf.xn, &buf.up, f, s, tile, false, false,
+                )?);
+                g.push(ops::elementwise::silu_mul(
+                    &ctx, &buf.gate, &buf.up, &buf.act, f, max_batch, s,
+                )?);
+                g.extend(ops::matvec::matvec(
+                    &ctx, &l.down, &buf.act, &buf.x, e, s, tile, true, false,
+                )?);
             }
-            g.push(ops::rms_norm::rms_norm(&ctx, &buf.x, &output_norm, &buf.xn, e, 1, cfg.rms_eps, s)?);
+            g.push(ops::rms_norm::rms_norm(
+                &ctx,
+                &buf.x,
+                &output_norm,
+                &buf.xn,
+                e,
+                1,
+                cfg.rms_eps,
+                s,
+            )?);
             Ok(g)
         };
         let decode_graph = graph(1)?;
         let prefill_graph = graph(PREFILL_TILE)?;
         let head = output.as_ref().unwrap_or(&embd);
-        let head_last = ops::matvec::matvec(&ctx, head, &buf.x_last, &buf.logits, cfg.vocab, &buf.step_one, 1, false, false)?;
-        let head_all = ops::matvec::matvec(&ctx, head, &buf.xn, &buf.logits, cfg.vocab, &buf.step, PREFILL_TILE, false, false)?;
+        let head_last = ops::matvec::matvec(
+            &ctx,
+            head,
+            &buf.x_last,
+            &buf.logits,
+            cfg.vocab,
+            &buf.step_one,
+            1,
+            false,
+            false,
+        )?;
+        let head_all = ops::matvec::matvec(
+            &ctx,
+            head,
+            &buf.xn,
+            &buf.logits,
+            cfg.vocab,
+            &buf.step,
+            PREFILL_TILE,
+            false,
+            false,
+        )?;
         let sampler = Sampler::new(&ctx, &buf.logits, cfg.vocab)?;
         if let Some(e) = oom_scope.pop().await {
-            return Err(EngineError::OutOfMemory(format!("loading the model ({plan}): {e}")));
+            return Err(EngineError::OutOfMemory(format!(
+                "loading the model ({plan}): {e}"
+            )));
         }
         ctx.check()?;
         Ok(Self {
@@ -415,7 +585,12 @@ impl Model {
     /// Keeps the longest common prefix of the cache and `tokens`, returning the tokens
     /// still to evaluate: how a conversation reuses its earlier turns.
     pub fn reuse_prefix<'a>(&mut self, tokens: &'a [u32]) -> &'a [u32] {
-        let common = self.tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        let common = self
+            .tokens
+            .iter()
+            .zip(tokens)
+            .take_while(|(a, b)| a == b)
+            .count();
         // At least one token must be evaluated to produce logits.
         let keep = common.min(tokens.len().saturating_sub(1));
         self.tokens.truncate(keep);
@@ -424,11 +599,17 @@ impl Model {
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
         if let Some(&id) = tokens.iter().find(|&&t| t >= self.config.vocab) {
-            return Err(EngineError::BadToken { id, vocab: self.config.vocab as usize });
+            return Err(EngineError::BadToken {
+                id,
+                vocab: self.config.vocab as usize,
+            });
         }
         let needed = self.tokens.len() + tokens.len();
         if needed > self.context as usize {
-            return Err(EngineError::ContextFull { needed, capacity: self.context as usize });
+            return Err(EngineError::ContextFull {
+                needed,
+                capacity: self.context as usize,
+            });
         }
         Ok(())
     }
@@ -438,10 +619,19 @@ impl Model {
         let n = chunk.len() as u32;
         let pos0 = self.tokens.len() as u32;
         ops::write_step(&self.ctx, &self.buf.step, Step::new(n, pos0));
-        self.ctx.queue.write_buffer(&self.buf.ids, 0, bytemuck::cast_slice(chunk));
-        let graph = if n == 1 { &self.decode_graph } else { &self.prefill_graph };
+        self.ctx
+            .queue
+            .write_buffer(&self.buf.ids, 0, bytemuck::cast_slice(chunk));
+        let graph = if n == 1 {
+            &self.decode_graph
+        } else {
+            &self.prefill_graph
+        };
         {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("forward"), ..Default::default() });
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("forward"),
+                ..Default::default()
+            });
             for d in graph {
                 d.record(&mut pass, n);
             }
@@ -453,8 +643,17 @@ impl Model {
         }
         if want == Logits::Last {
             let row = self.config.n_embd as u64 * 4;
-            encoder.copy_buffer_to_buffer(&self.buf.xn, (n as u64 - 1) * row, &self.buf.x_last, 0, row);
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("head"), ..Default::default() });
+            encoder.copy_buffer_to_buffer(
+                &self.buf.xn,
+                (n as u64 - 1) * row,
+                &self.buf.x_last,
+                0,
+                row,
+            );
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("head"),
+                ..Default::default()
+            });
             for d in &self.head_last {
                 d.record(&mut pass, 1);
             }
@@ -480,7 +679,11 @@ impl Model {
             self.ctx.queue.submit([encoder.finish()]);
             self.tokens.extend_from_slice(chunk);
             match step_want {
-                Logits::All => out.extend(self.ctx.read_f32(&self.buf.logits, 0, chunk.len() as u64 * vocab).await?),
+                Logits::All => out.extend(
+                    self.ctx
+                        .read_f32(&self.buf.logits, 0, chunk.len() as u64 * vocab)
+                        .await?,
+                ),
                 Logits::Last => out = self.ctx.read_f32(&self.buf.logits, 0, vocab).await?,
                 Logits::None => self.ctx.check()?,
             }
@@ -490,12 +693,19 @@ impl Model {
 
     /// Evaluates `tokens` and samples the next token on the GPU; only 4 bytes come back.
     /// `history` feeds the repetition penalties.
-    pub async fn next_token(&mut self, tokens: &[u32], sp: &SamplingParams, rng: &mut Rng, history: &[u32]) -> Result<u32> {
+    pub async fn next_token(
+        &mut self,
+        tokens: &[u32],
+        sp: &SamplingParams,
+        rng: &mut Rng,
+        history: &[u32],
+    ) -> Result<u32> {
         self.check_tokens(tokens)?;
         if tokens.is_empty() {
             return Err(EngineError::Sampling("no tokens to evaluate".into()));
         }
-        let (head, tail) = tokens.split_at(tokens.len() - tokens.len().min(self.max_batch as usize).min(tokens.len()));
+        let (head, tail) = tokens
+            .split_at(tokens.len() - tokens.len().min(self.max_batch as usize).min(tokens.len()));
         if !head.is_empty() {
             self.eval(head, Logits::None).await?;
         }
@@ -517,3 +727,50 @@ impl Model {
     }
 }
 
+impl Model {
+    /// Generates after `prompt`: reuses the cached prefix, evaluates the rest, then samples
+    /// up to `max_tokens` tokens, calling `on_token` for each (return false to stop).
+    /// Stops after a token for which `is_stop` is true (that token is reported too).
+    pub async fn generate(
+        &mut self,
+        prompt: &[u32],
+        sp: &SamplingParams,
+        max_tokens: usize,
+        is_stop: &dyn Fn(u32) -> bool,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Generation> {
+        sp.validate()?;
+        let mut rng = Rng::new(sp.seed);
+        let pending = self.reuse_prefix(prompt).to_vec();
+        let reused = prompt.len() - pending.len();
+        let mut history = prompt.to_vec();
+        let mut feed = pending.clone();
+        let mut out = Vec::new();
+        while out.len() < max_tokens {
+            if self.tokens.len() + feed.len() > self.context as usize {
+                break;
+            }
+            let id = self.next_token(&feed, sp, &mut rng, &history).await?;
+            out.push(id);
+            history.push(id);
+            feed = vec![id];
+            if !on_token(id) || is_stop(id) {
+                break;
+            }
+        }
+        Ok(Generation {
+            tokens: out,
+            prompt_evaluated: pending.len(),
+            prompt_reused: reused,
+        })
+    }
+}
+
+/// What [`Model::generate`] did.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    /// Prompt tokens evaluated now (the rest came from the cache).
+    pub prompt_evaluated: usize,
+    pub prompt_reused: usize,
+}

@@ -8,7 +8,15 @@ use crate::gpu::GpuContext;
 
 /// Weight formats the kernels decode (`shaders/common/quant.wgsl`).
 pub fn supported(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    matches!(
+        ty,
+        GgmlType::F32
+            | GgmlType::F16
+            | GgmlType::BF16
+            | GgmlType::Q4_0
+            | GgmlType::Q4_1
+            | GgmlType::Q8_0
+    )
 }
 
 /// The shader macro selecting the decoder for `ty`.
@@ -40,21 +48,33 @@ fn word(b: &[u8]) -> u32 {
 
 /// Repacks GGUF row-major `bytes` (`rows` × `cols` of `ty`).
 pub fn repack(name: &str, ty: GgmlType, rows: u64, cols: u64, bytes: &[u8]) -> Result<Repacked> {
-    let unsupported = || EngineError::UnsupportedType { tensor: name.to_string(), ty: ty.name(), context: "the GPU kernels" };
+    let unsupported = || EngineError::UnsupportedType {
+        tensor: name.to_string(),
+        ty: ty.name(),
+        context: "the GPU kernels",
+    };
     if !supported(ty) {
         return Err(unsupported());
     }
-    if cols % 32 != 0 && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || cols % 8 != 0 {
+    if cols % 32 != 0 && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        || cols % 8 != 0
+    {
         return Err(EngineError::Shape {
             op: "weight upload",
-            detail: format!("{name}: {cols} columns; the kernels need a multiple of 8 (32 for quantized types)"),
+            detail: format!(
+                "{name}: {cols} columns; the kernels need a multiple of 8 (32 for quantized types)"
+            ),
         });
     }
     let expected = ty.row_bytes(cols)? * rows;
     if bytes.len() as u64 != expected {
         return Err(EngineError::Shape {
             op: "weight upload",
-            detail: format!("{name}: {} bytes for {rows}x{cols} {}, expected {expected}", bytes.len(), ty.name()),
+            detail: format!(
+                "{name}: {} bytes for {rows}x{cols} {}, expected {expected}",
+                bytes.len(),
+                ty.name()
+            ),
         });
     }
     let mut out = Repacked::default();
@@ -143,7 +163,13 @@ impl GpuWeight {
             });
             r0 += n;
         }
-        Ok(Self { name: name.to_string(), ty, rows, cols, chunks })
+        Ok(Self {
+            name: name.to_string(),
+            ty,
+            rows,
+            cols,
+            chunks,
+        })
     }
 
     /// Bytes this weight occupies on the GPU.

@@ -6,7 +6,12 @@
 use std::sync::{Arc, OnceLock};
 
 use lilypad_engine::kernels::{Dispatch, submit};
-use lilypad_engine::ops::{self, Step, rope::RopeMode, sample::{Sampler, SamplingParams, reference_sample}};
+use lilypad_engine::ops::{
+    self, Step,
+    matvec::MatvecLayout,
+    rope::RopeMode,
+    sample::{Sampler, SamplingParams, reference_sample},
+};
 use lilypad_engine::weights::GpuWeight;
 use lilypad_engine::{AdapterOptions, GpuContext};
 use lilypad_gguf::{GgmlType, dequantize, quantize};
@@ -14,14 +19,19 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn gpu() -> Option<Arc<GpuContext>> {
     static CTX: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
-    CTX.get_or_init(|| match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
-        Ok(c) => Some(c),
-        Err(e) => {
-            assert!(std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"), "no GPU adapter: {e}");
-            eprintln!("skipping GPU kernel tests: {e}");
-            None
-        }
-    })
+    CTX.get_or_init(
+        || match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                assert!(
+                    std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"),
+                    "no GPU adapter: {e}"
+                );
+                eprintln!("skipping GPU kernel tests: {e}");
+                None
+            }
+        },
+    )
     .clone()
 }
 
@@ -36,21 +46,28 @@ macro_rules! ctx_or_skip {
 
 fn rng() -> StdRng {
     // Fresh inputs each run; the seed is printed so a failure can be replayed.
-    let seed = std::env::var("LILYPAD_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
+    let seed = std::env::var("LILYPAD_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
     eprintln!("LILYPAD_TEST_SEED={seed}");
     StdRng::seed_from_u64(seed)
 }
 
 fn randn(r: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| (r.random::<f32>() * 2.0 - 1.0) * scale).collect()
+    (0..n)
+        .map(|_| (r.random::<f32>() * 2.0 - 1.0) * scale)
+        .collect()
 }
 
 fn buf_f32(ctx: &GpuContext, data: &[f32]) -> wgpu::Buffer {
-    ctx.storage_buffer_init("test", bytemuck::cast_slice(data)).unwrap()
+    ctx.storage_buffer_init("test", bytemuck::cast_slice(data))
+        .unwrap()
 }
 
 fn buf_u32(ctx: &GpuContext, data: &[u32]) -> wgpu::Buffer {
-    ctx.storage_buffer_init("test", bytemuck::cast_slice(data)).unwrap()
+    ctx.storage_buffer_init("test", bytemuck::cast_slice(data))
+        .unwrap()
 }
 
 fn step(ctx: &GpuContext, n_tokens: u32, pos0: u32) -> wgpu::Buffer {
@@ -72,11 +89,21 @@ fn assert_close(got: &[f32], want: &[f64], rel: f64, floor: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g as f64 - w).abs() / (w.abs() + floor);
-        assert!(err <= rel && g.is_finite(), "{what}: index {i}: got {g}, want {w} (rel err {err:.2e} > {rel:.0e})");
+        assert!(
+            err <= rel && g.is_finite(),
+            "{what}: index {i}: got {g}, want {w} (rel err {err:.2e} > {rel:.0e})"
+        );
     }
 }
 
-const WEIGHT_TYPES: &[GgmlType] = &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32];
+const WEIGHT_TYPES: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::F32,
+];
 
 fn random_weight(r: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
     let data = randn(r, rows * cols, 1.0);
@@ -96,23 +123,41 @@ fn dequantize_is_bit_exact() {
         let (bytes, want) = random_weight(&mut r, ty, rows, cols);
         // A tiny chunk cap splits the table across buffers too.
         for cap in [None, Some(ty.row_bytes(cols as u64).unwrap() * 6)] {
-            let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap).unwrap();
+            let w =
+                GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap).unwrap();
             let ids: Vec<u32> = (0..rows as u32).rev().collect();
-            let out = ctx.storage_buffer("out", (rows * cols * 4) as u64, wgpu::BufferUsages::empty()).unwrap();
+            let out = ctx
+                .storage_buffer("out", (rows * cols * 4) as u64, wgpu::BufferUsages::empty())
+                .unwrap();
             let s = step(&ctx, rows as u32, 0);
-            run(&ctx, &ops::get_rows::get_rows(&ctx, &w, &buf_u32(&ctx, &ids), &out, rows as u32, &s).unwrap(), rows as u32);
+            run(
+                &ctx,
+                &ops::get_rows::get_rows(&ctx, &w, &buf_u32(&ctx, &ids), &out, rows as u32, &s)
+                    .unwrap(),
+                rows as u32,
+            );
             let got = read(&ctx, &out, rows * cols);
             for (t, &id) in ids.iter().enumerate() {
                 for c in 0..cols {
                     let (g, e) = (got[t * cols + c], want[id as usize * cols + c]);
-                    assert_eq!(g.to_bits(), e.to_bits(), "{ty:?} chunk cap {cap:?}: row {id} col {c}: {g} vs {e}");
+                    assert_eq!(
+                        g.to_bits(),
+                        e.to_bits(),
+                        "{ty:?} chunk cap {cap:?}: row {id} col {c}: {g} vs {e}"
+                    );
                 }
             }
         }
     }
 }
 
-fn matvec_reference(w: &[f32], x: &[f32], rows: usize, cols: usize, t: usize) -> (Vec<f64>, Vec<f64>) {
+fn matvec_reference(
+    w: &[f32],
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    t: usize,
+) -> (Vec<f64>, Vec<f64>) {
     let mut y = vec![0f64; t * rows];
     let mut mag = vec![0f64; t * rows];
     for ti in 0..t {
@@ -136,25 +181,50 @@ fn matvec_matches_reference() {
     for &ty in WEIGHT_TYPES {
         for &(rows, cols) in &[(77usize, 96usize), (130, 32 * 19)] {
             let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
-            for &(tokens, tile, cap, accumulate) in
-                &[(1usize, 1u32, None, false), (13, 8, None, false), (5, 8, Some(2000u64), true), (1, 1, Some(1500), true)]
-            {
-                let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap).unwrap();
-                let x = randn(&mut r, tokens * cols, 1.0);
-                let y0 = randn(&mut r, tokens * rows, 1.0);
-                let yb = buf_f32(&ctx, &y0);
-                let s = step(&ctx, tokens as u32, 0);
-                let ds = ops::matvec::matvec(&ctx, &w, &buf_f32(&ctx, &x), &yb, rows as u32, &s, tile, accumulate, false).unwrap();
-                run(&ctx, &ds, tokens as u32);
-                let got = read(&ctx, &yb, tokens * rows);
-                let (mut want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
-                if accumulate {
-                    want.iter_mut().zip(&y0).for_each(|(w, &y)| *w += y as f64);
-                }
-                for i in 0..want.len() {
-                    let err = (got[i] as f64 - want[i]).abs();
-                    let bound = 1e-5 * (mag[i] + if accumulate { y0[i].abs() as f64 } else { 0.0 }) + 1e-6;
-                    assert!(err <= bound, "{ty:?} {rows}x{cols} T={tokens} tile={tile} cap={cap:?}: y[{i}] = {} want {} (err {err:.2e} > {bound:.2e})", got[i], want[i]);
+            for &(tokens, tile, cap, accumulate) in &[
+                (1usize, 1u32, None, false),
+                (13, 8, None, false),
+                (5, 8, Some(2000u64), true),
+                (1, 1, Some(1500), true),
+            ] {
+                for layout in [MatvecLayout::RowPerThread, MatvecLayout::RowPerWorkgroup] {
+                    let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap)
+                        .unwrap();
+                    let x = randn(&mut r, tokens * cols, 1.0);
+                    let y0 = randn(&mut r, tokens * rows, 1.0);
+                    let yb = buf_f32(&ctx, &y0);
+                    let s = step(&ctx, tokens as u32, 0);
+                    let ds = ops::matvec::matvec_with(
+                        &ctx,
+                        layout,
+                        &w,
+                        &buf_f32(&ctx, &x),
+                        &yb,
+                        rows as u32,
+                        &s,
+                        tile,
+                        accumulate,
+                        false,
+                    )
+                    .unwrap();
+                    run(&ctx, &ds, tokens as u32);
+                    let got = read(&ctx, &yb, tokens * rows);
+                    let (mut want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
+                    if accumulate {
+                        want.iter_mut().zip(&y0).for_each(|(w, &y)| *w += y as f64);
+                    }
+                    for i in 0..want.len() {
+                        let err = (got[i] as f64 - want[i]).abs();
+                        let bound = 1e-5
+                            * (mag[i] + if accumulate { y0[i].abs() as f64 } else { 0.0 })
+                            + 1e-6;
+                        assert!(
+                            err <= bound,
+                            "{ty:?} {layout:?} {rows}x{cols} T={tokens} tile={tile} cap={cap:?}: y[{i}] = {} want {} (err {err:.2e} > {bound:.2e})",
+                            got[i],
+                            want[i]
+                        );
+                    }
                 }
             }
         }
@@ -170,10 +240,26 @@ fn rms_norm_matches_reference() {
         let len = (n * groups * tokens) as usize;
         let x = randn(&mut r, len, 3.0);
         let w = randn(&mut r, n as usize, 2.0);
-        let y = ctx.storage_buffer("y", len as u64 * 4, wgpu::BufferUsages::empty()).unwrap();
+        let y = ctx
+            .storage_buffer("y", len as u64 * 4, wgpu::BufferUsages::empty())
+            .unwrap();
         let eps = 1e-5;
         let s = step(&ctx, tokens, 0);
-        run(&ctx, &[ops::rms_norm::rms_norm(&ctx, &buf_f32(&ctx, &x), &buf_f32(&ctx, &w), &y, n, groups, eps, &s).unwrap()], tokens);
+        run(
+            &ctx,
+            &[ops::rms_norm::rms_norm(
+                &ctx,
+                &buf_f32(&ctx, &x),
+                &buf_f32(&ctx, &w),
+                &y,
+                n,
+                groups,
+                eps,
+                &s,
+            )
+            .unwrap()],
+            tokens,
+        );
         let got = read(&ctx, &y, len);
         let mut want = vec![0f64; len];
         for row in 0..(groups * tokens) as usize {
@@ -184,7 +270,13 @@ fn rms_norm_matches_reference() {
                 want[row * n as usize + i] = xs[i] as f64 * sc * w[i] as f64;
             }
         }
-        assert_close(&got, &want, 1e-5, 1e-4, &format!("rms_norm n={n} groups={groups}"));
+        assert_close(
+            &got,
+            &want,
+            1e-5,
+            1e-4,
+            &format!("rms_norm n={n} groups={groups}"),
+        );
     }
 }
 
@@ -207,7 +299,22 @@ fn rope_matches_reference() {
         let base = 10_000.0f64;
         let freqs = ops::rope::frequencies(base, n_rot);
         let s = step(&ctx, tokens, pos0);
-        run(&ctx, &[ops::rope::rope(&ctx, &xb, &buf_f32(&ctx, &freqs), heads, hd, n_rot, mode, in_cache, &s).unwrap()], tokens);
+        run(
+            &ctx,
+            &[ops::rope::rope(
+                &ctx,
+                &xb,
+                &buf_f32(&ctx, &freqs),
+                heads,
+                hd,
+                n_rot,
+                mode,
+                in_cache,
+                &s,
+            )
+            .unwrap()],
+            tokens,
+        );
         let got = read(&ctx, &xb, len);
         let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
         for t in 0..tokens {
@@ -229,7 +336,12 @@ fn rope_matches_reference() {
         }
         for i in 0..len {
             let err = (got[i] as f64 - want[i]).abs();
-            assert!(err < 2e-4, "rope {mode:?} hd={hd} n_rot={n_rot}: x[{i}] {} vs {} (err {err:.1e})", got[i], want[i]);
+            assert!(
+                err < 2e-4,
+                "rope {mode:?} hd={hd} n_rot={n_rot}: x[{i}] {} vs {} (err {err:.1e})",
+                got[i],
+                want[i]
+            );
         }
     }
 }
@@ -240,16 +352,35 @@ fn rope_matches_reference() {
 fn attention_matches_reference() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
-    for &(n_head, n_kv, hd, pos0, tokens) in &[(6u32, 2u32, 64u32, 70u32, 5u32), (4, 4, 40, 0, 9), (2, 1, 256, 130, 1), (9, 3, 64, 0, 1)] {
+    for &(n_head, n_kv, hd, pos0, tokens) in &[
+        (6u32, 2u32, 64u32, 70u32, 5u32),
+        (4, 4, 40, 0, 9),
+        (2, 1, 256, 130, 1),
+        (9, 3, 64, 0, 1),
+    ] {
         let kv_len = (pos0 + tokens) as usize;
         let (hd_, nkv, nh) = (hd as usize, n_kv as usize, n_head as usize);
         let q = randn(&mut r, tokens as usize * nh * hd_, 1.0);
         let k = randn(&mut r, kv_len * nkv * hd_, 1.0);
         let v = randn(&mut r, kv_len * nkv * hd_, 1.0);
-        let out = ctx.storage_buffer("out", q.len() as u64 * 4, wgpu::BufferUsages::empty()).unwrap();
+        let out = ctx
+            .storage_buffer("out", q.len() as u64 * 4, wgpu::BufferUsages::empty())
+            .unwrap();
         let scale = 1.0 / (hd as f32).sqrt();
         let s = step(&ctx, tokens, pos0);
-        let d = ops::attention::attention(&ctx, &buf_f32(&ctx, &q), &buf_f32(&ctx, &k), &buf_f32(&ctx, &v), &out, n_head, n_kv, hd, scale, &s).unwrap();
+        let d = ops::attention::attention(
+            &ctx,
+            &buf_f32(&ctx, &q),
+            &buf_f32(&ctx, &k),
+            &buf_f32(&ctx, &v),
+            &out,
+            n_head,
+            n_kv,
+            hd,
+            scale,
+            &s,
+        )
+        .unwrap();
         run(&ctx, &[d], tokens);
         let got = read(&ctx, &out, q.len());
         let mut want = vec![0f64; q.len()];
@@ -259,17 +390,29 @@ fn attention_matches_reference() {
                 let kh = h / (nh / nkv);
                 let qv = &q[(t * nh + h) * hd_..][..hd_];
                 let scores: Vec<f64> = (0..n_pos)
-                    .map(|p| (0..hd_).map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd_ + d] as f64).sum::<f64>() * scale as f64)
+                    .map(|p| {
+                        (0..hd_)
+                            .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd_ + d] as f64)
+                            .sum::<f64>()
+                            * scale as f64
+                    })
                     .collect();
                 let m = scores.iter().cloned().fold(f64::MIN, f64::max);
                 let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
                 for d in 0..hd_ {
-                    want[(t * nh + h) * hd_ + d] =
-                        (0..n_pos).map(|p| (scores[p] - m).exp() / z * v[(p * nkv + kh) * hd_ + d] as f64).sum();
+                    want[(t * nh + h) * hd_ + d] = (0..n_pos)
+                        .map(|p| (scores[p] - m).exp() / z * v[(p * nkv + kh) * hd_ + d] as f64)
+                        .sum();
                 }
             }
         }
-        assert_close(&got, &want, 1e-4, 1e-2, &format!("attention heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"));
+        assert_close(
+            &got,
+            &want,
+            1e-4,
+            1e-2,
+            &format!("attention heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"),
+        );
     }
 }
 
@@ -281,8 +424,14 @@ fn softmax_matches_reference() {
     for &(n, rows) in &[(1000u32, 3u32), (49_153, 2), (7, 1)] {
         let x = randn(&mut r, (n * rows) as usize, 20.0);
         for log in [false, true] {
-            let y = ctx.storage_buffer("y", x.len() as u64 * 4, wgpu::BufferUsages::empty()).unwrap();
-            run(&ctx, &[ops::softmax::softmax(&ctx, &buf_f32(&ctx, &x), &y, n, rows, log).unwrap()], 1);
+            let y = ctx
+                .storage_buffer("y", x.len() as u64 * 4, wgpu::BufferUsages::empty())
+                .unwrap();
+            run(
+                &ctx,
+                &[ops::softmax::softmax(&ctx, &buf_f32(&ctx, &x), &y, n, rows, log).unwrap()],
+                1,
+            );
             let got = read(&ctx, &y, x.len());
             let mut want = vec![0f64; x.len()];
             for row in 0..rows as usize {
@@ -314,16 +463,45 @@ fn elementwise_matches_reference() {
     let b = randn(&mut r, n, 5.0);
     let s = step(&ctx, tokens, 0);
     let (ab, bb) = (buf_f32(&ctx, &a), buf_f32(&ctx, &b));
-    let out = ctx.storage_buffer("out", n as u64 * 4, wgpu::BufferUsages::empty()).unwrap();
-    run(&ctx, &[ops::elementwise::silu_mul(&ctx, &ab, &bb, &out, row, max_tokens, &s).unwrap()], tokens);
+    let out = ctx
+        .storage_buffer("out", n as u64 * 4, wgpu::BufferUsages::empty())
+        .unwrap();
+    run(
+        &ctx,
+        &[ops::elementwise::silu_mul(&ctx, &ab, &bb, &out, row, max_tokens, &s).unwrap()],
+        tokens,
+    );
     let live = (row * tokens) as usize;
     let got = read(&ctx, &out, live);
-    let want: Vec<f64> = (0..live).map(|i| { let g = a[i] as f64; g / (1.0 + (-g).exp()) * b[i] as f64 }).collect();
+    let want: Vec<f64> = (0..live)
+        .map(|i| {
+            let g = a[i] as f64;
+            g / (1.0 + (-g).exp()) * b[i] as f64
+        })
+        .collect();
     assert_close(&got, &want, 1e-5, 1e-6, "silu_mul");
-    run(&ctx, &[ops::elementwise::add(&ctx, &ab, &bb, row, max_tokens, &s).unwrap()], tokens);
+    run(
+        &ctx,
+        &[ops::elementwise::add(&ctx, &ab, &bb, row, max_tokens, &s).unwrap()],
+        tokens,
+    );
     let got = read(&ctx, &ab, n);
-    let want: Vec<f64> = (0..n).map(|i| if i < live { a[i] as f64 + b[i] as f64 } else { a[i] as f64 }).collect();
-    assert_close(&got, &want, 1e-6, 1e-6, "add (and rows past n_tokens untouched)");
+    let want: Vec<f64> = (0..n)
+        .map(|i| {
+            if i < live {
+                a[i] as f64 + b[i] as f64
+            } else {
+                a[i] as f64
+            }
+        })
+        .collect();
+    assert_close(
+        &got,
+        &want,
+        1e-6,
+        1e-6,
+        "add (and rows past n_tokens untouched)",
+    );
 }
 
 /// The copy kernel copies.
@@ -332,8 +510,14 @@ fn copy_copies() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
     let x = randn(&mut r, 4 * 1001, 1.0);
-    let dst = ctx.storage_buffer("dst", x.len() as u64 * 4, wgpu::BufferUsages::empty()).unwrap();
-    run(&ctx, &[ops::copy::copy(&ctx, &buf_f32(&ctx, &x), &dst, 1001).unwrap()], 1);
+    let dst = ctx
+        .storage_buffer("dst", x.len() as u64 * 4, wgpu::BufferUsages::empty())
+        .unwrap();
+    run(
+        &ctx,
+        &[ops::copy::copy(&ctx, &buf_f32(&ctx, &x), &dst, 1001).unwrap()],
+        1,
+    );
     assert_eq!(read(&ctx, &dst, x.len()), x);
 }
 
@@ -351,12 +535,37 @@ fn sampling_matches_reference() {
         let recent: Vec<u32> = (0..40).map(|_| r.random_range(0..vocab)).collect();
         let configs = [
             SamplingParams::greedy(),
-            SamplingParams { repeat_penalty: 1.3, presence_penalty: 0.5, ..SamplingParams::greedy() },
-            SamplingParams { temperature: 1.0, ..SamplingParams::greedy() },
-            SamplingParams { temperature: 0.7, top_k: 40, ..SamplingParams::greedy() },
-            SamplingParams { temperature: 0.6, top_k: 20, top_p: 0.95, ..SamplingParams::greedy() },
-            SamplingParams { temperature: 1.5, top_p: 0.5, repeat_penalty: 1.1, ..SamplingParams::greedy() },
-            SamplingParams { temperature: 0.8, top_k: 1, ..SamplingParams::greedy() },
+            SamplingParams {
+                repeat_penalty: 1.3,
+                presence_penalty: 0.5,
+                ..SamplingParams::greedy()
+            },
+            SamplingParams {
+                temperature: 1.0,
+                ..SamplingParams::greedy()
+            },
+            SamplingParams {
+                temperature: 0.7,
+                top_k: 40,
+                ..SamplingParams::greedy()
+            },
+            SamplingParams {
+                temperature: 0.6,
+                top_k: 20,
+                top_p: 0.95,
+                ..SamplingParams::greedy()
+            },
+            SamplingParams {
+                temperature: 1.5,
+                top_p: 0.5,
+                repeat_penalty: 1.1,
+                ..SamplingParams::greedy()
+            },
+            SamplingParams {
+                temperature: 0.8,
+                top_k: 1,
+                ..SamplingParams::greedy()
+            },
         ];
         let row_logits = &logits[row * vocab as usize..][..vocab as usize];
         for sp in &configs {
@@ -376,12 +585,30 @@ fn sampling_matches_reference() {
 #[test]
 fn sampling_rejects_bad_parameters() {
     for sp in [
-        SamplingParams { temperature: -1.0, ..SamplingParams::greedy() },
-        SamplingParams { top_p: 0.0, ..SamplingParams::greedy() },
-        SamplingParams { top_p: 1.5, ..SamplingParams::greedy() },
-        SamplingParams { temperature: f32::NAN, ..SamplingParams::greedy() },
-        SamplingParams { repeat_penalty: 0.0, ..SamplingParams::greedy() },
+        SamplingParams {
+            temperature: -1.0,
+            ..SamplingParams::greedy()
+        },
+        SamplingParams {
+            top_p: 0.0,
+            ..SamplingParams::greedy()
+        },
+        SamplingParams {
+            top_p: 1.5,
+            ..SamplingParams::greedy()
+        },
+        SamplingParams {
+            temperature: f32::NAN,
+            ..SamplingParams::greedy()
+        },
+        SamplingParams {
+            repeat_penalty: 0.0,
+            ..SamplingParams::greedy()
+        },
     ] {
-        assert!(matches!(sp.validate(), Err(lilypad_engine::EngineError::Sampling(_))), "{sp:?}");
+        assert!(
+            matches!(sp.validate(), Err(lilypad_engine::EngineError::Sampling(_))),
+            "{sp:?}"
+        );
     }
 }

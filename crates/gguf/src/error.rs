@@ -22,13 +22,13 @@ pub enum GgufError {
     Truncated { offset: u64, needed: u64, len: u64 },
 
     #[error(
-        "not a GGUF file: magic is {found:?} ({}), expected \"GGUF\"",
-        String::from_utf8_lossy(found)
+        "not a GGUF file: magic is \"{}\", expected \"GGUF\"",
+        found.as_slice().escape_ascii()
     )]
     BadMagic { found: [u8; 4] },
 
     #[error("unsupported GGUF version {version} (supported: 2 and 3){}",
-        if version & 0xFFFF == 0 { "; the file looks byte-swapped (big-endian GGUF is not supported)" } else { "" })]
+        if *version != 0 && version & 0xFFFF == 0 { "; the file looks byte-swapped (big-endian GGUF is not supported)" } else { "" })]
     UnsupportedVersion { version: u32 },
 
     /// A header count that the rest of the file cannot possibly hold (checked before allocating).
@@ -81,8 +81,8 @@ pub enum GgufError {
     #[error("duplicate metadata key {key:?}")]
     DuplicateKey { key: String },
 
-    #[error("metadata key {key:?} is missing")]
-    MissingKey { key: String },
+    #[error("metadata key {0:?} is missing")]
+    MissingKey(String),
 
     #[error("metadata key {key:?} has type {got}, expected {expected}")]
     WrongType {
@@ -110,7 +110,7 @@ pub enum GgufError {
     #[error("{n_dims} dimensions, expected 1..={max}")]
     BadDimCount { n_dims: u32, max: u32 },
 
-    #[error("dimension {index} of shape {dims:?} is {}, expected 1..={max}", dims[*index])]
+    #[error("dimension {index} of shape {dims:?} is outside 1..={max}")]
     BadDim {
         dims: Vec<u64>,
         index: usize,

@@ -104,7 +104,8 @@ pub struct GgufFile {
     pub metadata: Metadata,
     pub tensors: Vec<TensorInfo>,
     pub alignment: u64,
-    /// Absolute offset of the data section (the header end rounded up to `alignment`).
+    /// Absolute offset of the data section: the header end rounded up to `alignment`
+    /// (as in ggml, a file without tensors gets no padding and this is the header end).
     pub data_offset: u64,
     pub file_len: u64,
     index: HashMap<String, usize>,

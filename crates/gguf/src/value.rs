@@ -187,9 +187,8 @@ impl Metadata {
     }
 
     fn require(&self, key: &str) -> Result<&Value> {
-        self.get(key).ok_or_else(|| GgufError::MissingKey {
-            key: key.to_owned(),
-        })
+        self.get(key)
+            .ok_or_else(|| GgufError::MissingKey(key.to_owned()))
     }
 
     fn wrong_type(key: &str, expected: &'static str, got: &Value) -> GgufError {
@@ -332,7 +331,7 @@ mod tests {
         m.insert("c", Value::Array(vec![Value::U8(1)]));
         m.insert("d", Value::I32(-3));
         m.insert("e", Value::U8(5));
-        assert!(matches!(m.u32("zz"), Err(GgufError::MissingKey { key }) if key == "zz"));
+        assert!(matches!(m.u32("zz"), Err(GgufError::MissingKey(key)) if key == "zz"));
         assert!(matches!(m.u32("a"), Err(GgufError::OutOfRange { .. })));
         assert_eq!(m.u64("a").unwrap(), 1 << 40);
         assert!(matches!(m.u64("d"), Err(GgufError::OutOfRange { .. })));
@@ -355,10 +354,7 @@ mod tests {
             })
         ));
         assert_eq!(m.i32_array("c").unwrap(), vec![1]);
-        assert!(matches!(
-            m.architecture(),
-            Err(GgufError::MissingKey { .. })
-        ));
+        assert!(matches!(m.architecture(), Err(GgufError::MissingKey(_))));
         // Replacing keeps the original position.
         m.insert("a", Value::Bool(true));
         assert_eq!(m.iter().next().unwrap(), ("a", &Value::Bool(true)));

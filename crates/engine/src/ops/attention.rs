@@ -25,7 +25,9 @@ pub fn attention(
             detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
         });
     }
-    let macros = Macros::new().u32("WG", WG).u32("MAX_D", head_dim.div_ceil(WG));
+    let macros = Macros::new()
+        .u32("WG", WG)
+        .u32("MAX_D", head_dim.div_ceil(WG));
     let pipeline = ctx.pipeline("attention.wgsl", "attention", &macros)?;
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
     Ok(Dispatch::new(
@@ -33,6 +35,9 @@ pub fn attention(
         "attention",
         pipeline,
         &[bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)],
-        Grid::PerTokens { x: n_head, per_y: 1 },
+        Grid::PerTokens {
+            x: n_head,
+            per_y: 1,
+        },
     ))
 }

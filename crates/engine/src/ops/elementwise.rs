@@ -14,10 +14,23 @@ fn grid(row: u32, max_tokens: u32) -> Grid {
 }
 
 /// a[t, ..row] += b[t, ..row] for the step's tokens.
-pub fn add(ctx: &GpuContext, a: &wgpu::Buffer, b: &wgpu::Buffer, row: u32, max_tokens: u32, step: &wgpu::Buffer) -> Result<Dispatch> {
+pub fn add(
+    ctx: &GpuContext,
+    a: &wgpu::Buffer,
+    b: &wgpu::Buffer,
+    row: u32,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
     let pipeline = ctx.pipeline("elementwise.wgsl", "add", &Macros::new().u32("WG", WG))?;
     let p = params(ctx, "add", &[row]);
-    Ok(Dispatch::with_bindings(ctx, "add", pipeline, &entries(a, b, None, &p, step), grid(row, max_tokens)))
+    Ok(Dispatch::with_bindings(
+        ctx,
+        "add",
+        pipeline,
+        &entries(a, b, None, &p, step),
+        grid(row, max_tokens),
+    ))
 }
 
 /// out = silu(a) * b for the step's tokens.
@@ -32,7 +45,13 @@ pub fn silu_mul(
 ) -> Result<Dispatch> {
     let pipeline = ctx.pipeline("elementwise.wgsl", "silu_mul", &Macros::new().u32("WG", WG))?;
     let p = params(ctx, "silu_mul", &[row]);
-    Ok(Dispatch::with_bindings(ctx, "silu_mul", pipeline, &entries(a, b, Some(out), &p, step), grid(row, max_tokens)))
+    Ok(Dispatch::with_bindings(
+        ctx,
+        "silu_mul",
+        pipeline,
+        &entries(a, b, Some(out), &p, step),
+        grid(row, max_tokens),
+    ))
 }
 
 fn entries<'a>(

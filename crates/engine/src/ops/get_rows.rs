@@ -16,10 +16,17 @@ pub fn get_rows(
     max_tokens: u32,
     step: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>> {
-    let pipeline = ctx.pipeline("get_rows.wgsl", "get_rows", &Macros::new().u32("WG", WG).flag(type_macro(w.ty)))?;
+    let pipeline = ctx.pipeline(
+        "get_rows.wgsl",
+        "get_rows",
+        &Macros::new().u32("WG", WG).flag(type_macro(w.ty)),
+    )?;
     let units = (w.cols / 8) as u32;
     if max_tokens > crate::kernels::MAX_GROUPS {
-        return Err(EngineError::Shape { op: "get_rows", detail: format!("{max_tokens} ids in one step") });
+        return Err(EngineError::Shape {
+            op: "get_rows",
+            detail: format!("{max_tokens} ids in one step"),
+        });
     }
     Ok(w.chunks
         .iter()
@@ -29,7 +36,14 @@ pub fn get_rows(
                 ctx,
                 "get_rows",
                 pipeline.clone(),
-                &[bind(&c.q), bind(&c.s), bind(ids), bind(out), bind(&p), bind(step)],
+                &[
+                    bind(&c.q),
+                    bind(&c.s),
+                    bind(ids),
+                    bind(out),
+                    bind(&p),
+                    bind(step),
+                ],
                 Grid::Fixed([units.div_ceil(WG), max_tokens, 1]),
             )
         })

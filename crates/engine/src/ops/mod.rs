@@ -26,7 +26,12 @@ pub struct Step {
 
 impl Step {
     pub fn new(n_tokens: u32, pos0: u32) -> Self {
-        Self { n_tokens, pos0, kv_len: pos0 + n_tokens, _pad: 0 }
+        Self {
+            n_tokens,
+            pos0,
+            kv_len: pos0 + n_tokens,
+            _pad: 0,
+        }
     }
 }
 

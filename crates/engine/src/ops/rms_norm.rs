@@ -24,6 +24,9 @@ pub fn rms_norm(
         "rms_norm",
         pipeline,
         &[bind(x), bind(w), bind(y), bind(&p), bind(step)],
-        Grid::PerTokens { x: groups, per_y: 1 },
+        Grid::PerTokens {
+            x: groups,
+            per_y: 1,
+        },
     ))
 }

@@ -16,7 +16,9 @@ pub enum RopeMode {
 
 /// theta_i = base^(-2i / n_rot), in f64 then rounded, for i < n_rot / 2.
 pub fn frequencies(base: f64, n_rot: u32) -> Vec<f32> {
-    (0..n_rot / 2).map(|i| base.powf(-2.0 * i as f64 / n_rot as f64) as f32).collect()
+    (0..n_rot / 2)
+        .map(|i| base.powf(-2.0 * i as f64 / n_rot as f64) as f32)
+        .collect()
 }
 
 /// Rotates the first `n_rot` dims of every head of x [T, n_heads, head_dim] in place
@@ -33,7 +35,10 @@ pub fn rope(
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     if n_rot > head_dim || n_rot % 2 != 0 {
-        return Err(EngineError::Shape { op: "rope", detail: format!("n_rot {n_rot} with head dim {head_dim}") });
+        return Err(EngineError::Shape {
+            op: "rope",
+            detail: format!("n_rot {n_rot} with head dim {head_dim}"),
+        });
     }
     let mut macros = Macros::new().u32("WG", WG);
     if mode == RopeMode::Neox {
@@ -46,6 +51,9 @@ pub fn rope(
         "rope",
         pipeline,
         &[bind(x), bind(freqs), bind(&p), bind(step)],
-        Grid::PerTokens { x: (n_heads * n_rot / 2).div_ceil(WG), per_y: 1 },
+        Grid::PerTokens {
+            x: (n_heads * n_rot / 2).div_ceil(WG),
+            per_y: 1,
+        },
     ))
 }

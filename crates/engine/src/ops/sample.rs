@@ -32,7 +32,15 @@ impl Default for SamplingParams {
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        Self { temperature: 0.0, top_k: 0, top_p: 1.0, repeat_penalty: 1.0, presence_penalty: 0.0, penalty_last_n: 64, seed: 0 }
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            penalty_last_n: 64,
+            seed: 0,
+        }
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -44,13 +52,19 @@ impl SamplingParams {
             return bad(format!("top_p {} must be in (0, 1]", self.top_p));
         }
         if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
-            return bad(format!("repeat penalty {} must be > 0", self.repeat_penalty));
+            return bad(format!(
+                "repeat penalty {} must be > 0",
+                self.repeat_penalty
+            ));
         }
         if !self.presence_penalty.is_finite() {
             return bad("presence penalty must be finite".into());
         }
         if self.penalty_last_n > MAX_RECENT {
-            return bad(format!("penalty window {} exceeds {MAX_RECENT}", self.penalty_last_n));
+            return bad(format!(
+                "penalty window {} exceeds {MAX_RECENT}",
+                self.penalty_last_n
+            ));
         }
         Ok(())
     }
@@ -111,22 +125,49 @@ impl Sampler {
     pub fn new(ctx: &GpuContext, logits: &wgpu::Buffer, vocab: u32) -> Result<Self> {
         let pipeline = ctx.pipeline("sample.wgsl", "sample", &Macros::new().u32("WG", WG))?;
         let params = ctx.uniform_buffer("sample", bytemuck::bytes_of(&GpuParams::zeroed()));
-        let recent = ctx.storage_buffer("recent tokens", (MAX_RECENT * 4) as u64, wgpu::BufferUsages::empty())?;
-        let work = ctx.storage_buffer("sample scratch", vocab as u64 * 4, wgpu::BufferUsages::empty())?;
+        let recent = ctx.storage_buffer(
+            "recent tokens",
+            (MAX_RECENT * 4) as u64,
+            wgpu::BufferUsages::empty(),
+        )?;
+        let work = ctx.storage_buffer(
+            "sample scratch",
+            vocab as u64 * 4,
+            wgpu::BufferUsages::empty(),
+        )?;
         let result = ctx.storage_buffer("sampled token", 16, wgpu::BufferUsages::empty())?;
         let dispatch = Dispatch::new(
             ctx,
             "sample",
             pipeline,
-            &[bind(logits), bind(&recent), bind(&work), bind(&result), bind(&params)],
+            &[
+                bind(logits),
+                bind(&recent),
+                bind(&work),
+                bind(&result),
+                bind(&params),
+            ],
             Grid::Fixed([1, 1, 1]),
         );
-        Ok(Self { dispatch, params, recent, result, vocab })
+        Ok(Self {
+            dispatch,
+            params,
+            recent,
+            result,
+            vocab,
+        })
     }
 
     /// Writes this draw's parameters; the dispatch then picks from logits row `row`.
     /// `recent` is the token history (the last `penalty_last_n` are penalised).
-    pub fn prepare(&self, ctx: &GpuContext, sp: &SamplingParams, recent: &[u32], row: u32, u: f32) -> Result<()> {
+    pub fn prepare(
+        &self,
+        ctx: &GpuContext,
+        sp: &SamplingParams,
+        recent: &[u32],
+        row: u32,
+        u: f32,
+    ) -> Result<()> {
         sp.validate()?;
         let window = &recent[recent.len().saturating_sub(sp.penalty_last_n)..];
         let mut uniq: Vec<u32> = if sp.repeat_penalty != 1.0 || sp.presence_penalty != 0.0 {
@@ -137,7 +178,8 @@ impl Sampler {
         uniq.sort_unstable();
         uniq.dedup();
         if !uniq.is_empty() {
-            ctx.queue.write_buffer(&self.recent, 0, bytemuck::cast_slice(&uniq));
+            ctx.queue
+                .write_buffer(&self.recent, 0, bytemuck::cast_slice(&uniq));
         }
         let p = GpuParams {
             vocab: self.vocab,
@@ -152,7 +194,8 @@ impl Sampler {
             row,
             _pad: [0; 2],
         };
-        ctx.queue.write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
+        ctx.queue
+            .write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
         Ok(())
     }
 
@@ -185,10 +228,17 @@ pub fn reference_sample(logits: &[f32], sp: &SamplingParams, recent: &[u32], u: 
     let t = sp.temperature as f64;
     let mut order: Vec<usize> = (0..l.len()).collect();
     order.sort_by(|&a, &b| l[b].partial_cmp(&l[a]).unwrap().then(a.cmp(&b)));
-    let k = if sp.top_k == 0 { l.len() } else { (sp.top_k as usize).min(l.len()) };
+    let k = if sp.top_k == 0 {
+        l.len()
+    } else {
+        (sp.top_k as usize).min(l.len())
+    };
     let kth = l[order[k - 1]];
     let m = l[argmax] / t;
-    let p: Vec<f64> = l.iter().map(|&x| if x >= kth { (x / t - m).exp() } else { 0.0 }).collect();
+    let p: Vec<f64> = l
+        .iter()
+        .map(|&x| if x >= kth { (x / t - m).exp() } else { 0.0 })
+        .collect();
     let z: f64 = p.iter().sum();
     let mut keep = vec![false; l.len()];
     let mut mass = 0.0;
