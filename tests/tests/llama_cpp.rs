@@ -2,15 +2,16 @@
 //! (tests/fixtures/smollm2-135m-q4_1.llamacpp.json; see scripts/llama-cpp/README.md).
 //!
 //! llama.cpp quantizes activations to 8 bits inside its matrix products and this model's
-//! residual stream reaches ~2.6e3, so two correct engines differ by up to ~1 in logits (the
-//! fixture's README measures llama.cpp against an exact f64 forward pass: 0.4–1.1). Hence:
-//! logits within 1.5, and greedy tokens equal up to the first step whose top-2 gap is under
-//! 1.5, where rounding may legitimately pick the other token.
+//! residual stream reaches ~2.6e3, so llama.cpp sits up to ~1.1 from an exact f64 forward
+//! pass (scripts/llama-cpp/README.md); two correct engines can sit on opposite sides.
+//! Hence: logits within 2.0, the argmax equal at ≥ 90 % of positions, and greedy tokens
+//! equal up to a first divergence that is allowed only where llama.cpp's own top-2 gap is
+//! under 2.0.
 
 use lilypad_engine::{Logits, SamplingParams};
 use lilypad_tests::{llama_cpp_fixture, smollm2};
 
-const LOGIT_TOL: f32 = 1.5;
+const LOGIT_TOL: f32 = 2.0;
 
 #[test]
 fn tokenizer_and_chat_template_match_llama_cpp() {
@@ -108,26 +109,26 @@ fn greedy_tokens_match_llama_cpp() {
             &mut |_| true,
         ))
         .unwrap();
-        // Compare up to the first step where llama.cpp's own top-2 gap is within rounding.
+        // Tokens must be equal until the first divergence, and a divergence is only
+        // allowed where llama.cpp's own top-2 gap is within rounding (then the texts part).
         let n_prompt = p.prompt_tokens.len();
         let mut checked = 0;
         for (j, &want) in p.greedy_tokens.iter().enumerate() {
-            let top = &p.top_logits[n_prompt - 1 + j];
-            if top.logits[0] - top.logits[1] < LOGIT_TOL {
+            let Some(&ours) = out.tokens.get(j) else { break };
+            if ours != want {
+                let top = &p.top_logits[n_prompt - 1 + j];
+                assert!(
+                    top.logits[0] - top.logits[1] < LOGIT_TOL,
+                    "{}: greedy token {j}: ours {ours}, llama.cpp {want} by a clear margin {:?}",
+                    p.name,
+                    top.logits
+                );
                 break;
             }
-            assert_eq!(
-                out.tokens.get(j),
-                Some(&want),
-                "{}: greedy token {j} (ours {:?}, llama.cpp {:?})",
-                p.name,
-                &out.tokens,
-                &p.greedy_tokens
-            );
             checked += 1;
         }
         eprintln!(
-            "{}: {checked}/{} greedy tokens compared, all equal",
+            "{}: first {checked}/{} greedy tokens equal",
             p.name,
             p.greedy_tokens.len()
         );
@@ -135,7 +136,7 @@ fn greedy_tokens_match_llama_cpp() {
     }
     assert!(
         total >= 20,
-        "only {total} greedy tokens were decisive enough to compare"
+        "only {total} greedy tokens equal llama.cpp's before a near-tie"
     );
 }
 
