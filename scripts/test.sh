@@ -8,4 +8,5 @@ scripts/setup-system.sh
 scripts/fetch-model.sh >/dev/null
 # No silent skips: a missing adapter or model is a failure here.
 export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1
-cargo test --workspace "$@"
+# --all-targets: no doc-test pass (there are none), so the log closes on real tests.
+cargo test --workspace --all-targets "$@"
