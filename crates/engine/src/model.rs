@@ -334,8 +334,18 @@ impl Model {
         }
 
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let mut done = 0u64;
-        let mut matrix = |name: &str| -> Result<GpuWeight> {
+        // Matrices and norms both advance one byte counter, so progress reaches the total.
+        let done = std::cell::Cell::new(0u64);
+        let progress = std::cell::RefCell::new(progress);
+        let report = |name: &str, bytes: u64| {
+            done.set(done.get() + bytes);
+            (*progress.borrow_mut())(LoadProgress {
+                tensor: name.to_string(),
+                done_bytes: done.get(),
+                total_bytes,
+            });
+        };
+        let matrix = |name: &str| -> Result<GpuWeight> {
             let t = file
                 .tensor(name)
                 .ok_or_else(|| EngineError::MissingTensor(name.into()))?;
@@ -349,12 +359,7 @@ impl Model {
                 &bytes,
                 opts.max_chunk_bytes,
             )?;
-            done += t.n_bytes();
-            progress(LoadProgress {
-                tensor: name.to_string(),
-                done_bytes: done,
-                total_bytes,
-            });
+            report(name, t.n_bytes());
             Ok(w)
         };
         let embd = matrix("token_embd.weight")?;
@@ -363,14 +368,13 @@ impl Model {
         } else {
             Some(matrix("output.weight")?)
         };
-        let mut done_norm = 0u64;
-        let mut norm = |name: &str| -> Result<wgpu::Buffer> {
+        let norm = |name: &str| -> Result<wgpu::Buffer> {
             let t = file
                 .tensor(name)
                 .ok_or_else(|| EngineError::MissingTensor(name.into()))?;
             let mut v = vec![0f32; t.n_elements() as usize];
             lilypad_gguf::dequantize(t.ty, &file.tensor_bytes(src, t)?, &mut v)?;
-            done_norm += t.n_bytes();
+            report(name, t.n_bytes());
             ctx.storage_buffer_init(name, bytemuck::cast_slice(&v))
         };
         let output_norm = norm("output_norm.weight")?;
