@@ -1,9 +1,12 @@
 //! Shared set-up for the whole-model tests: the test model, the GPU, the llama.cpp fixture.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+mod gpu;
+pub use gpu::gpu;
 
-use lilypad_engine::{AdapterOptions, GpuContext, Model, ModelOptions};
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use lilypad_engine::{Model, ModelOptions};
 use lilypad_gguf::{GgufFile, MmapSource};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Deserialize;
@@ -31,24 +34,6 @@ pub fn smollm2_path() -> Option<PathBuf> {
         p.display()
     );
     None
-}
-
-pub fn gpu() -> Option<Arc<GpuContext>> {
-    static CTX: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
-    CTX.get_or_init(
-        || match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                assert!(
-                    std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"),
-                    "no GPU adapter: {e}"
-                );
-                eprintln!("skipping: {e}");
-                None
-            }
-        },
-    )
-    .clone()
 }
 
 pub struct Smol {

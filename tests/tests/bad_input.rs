@@ -10,7 +10,14 @@ fn tiny_llama(q_type: GgmlType) -> Vec<u8> {
     let (e, f, vocab) = (64u64, 128u64, 96u64);
     let mut w = GgufWriter::new();
     w.metadata("general.architecture", Value::String("llama".into()));
-    for (k, v) in [("block_count", 2u32), ("embedding_length", 64), ("feed_forward_length", 128), ("attention.head_count", 4), ("attention.head_count_kv", 2), ("context_length", 256)] {
+    for (k, v) in [
+        ("block_count", 2u32),
+        ("embedding_length", 64),
+        ("feed_forward_length", 128),
+        ("attention.head_count", 4),
+        ("attention.head_count_kv", 2),
+        ("context_length", 256),
+    ] {
         w.metadata(&format!("llama.{k}"), Value::U32(v));
     }
     let zeros = |ty: GgmlType, n: u64| {
@@ -20,7 +27,10 @@ fn tiny_llama(q_type: GgmlType) -> Vec<u8> {
             vec![0u8; ty.row_bytes(n).unwrap() as usize]
         }
     };
-    let mut t = |name: &str, dims: &[u64], ty: GgmlType| w.tensor(name, dims, ty, zeros(ty, dims.iter().product())).unwrap();
+    let mut t = |name: &str, dims: &[u64], ty: GgmlType| {
+        w.tensor(name, dims, ty, zeros(ty, dims.iter().product()))
+            .unwrap()
+    };
     t("token_embd.weight", &[e, vocab], GgmlType::Q8_0);
     t("output_norm.weight", &[e], GgmlType::F32);
     for i in 0..2 {
@@ -29,7 +39,11 @@ fn tiny_llama(q_type: GgmlType) -> Vec<u8> {
         t(&format!("blk.{i}.attn_q.weight"), &[e, e], q_type);
         t(&format!("blk.{i}.attn_k.weight"), &[e, 32], GgmlType::Q4_0);
         t(&format!("blk.{i}.attn_v.weight"), &[e, 32], GgmlType::Q4_0);
-        t(&format!("blk.{i}.attn_output.weight"), &[e, e], GgmlType::Q4_0);
+        t(
+            &format!("blk.{i}.attn_output.weight"),
+            &[e, e],
+            GgmlType::Q4_0,
+        );
         t(&format!("blk.{i}.ffn_gate.weight"), &[e, f], GgmlType::Q4_0);
         t(&format!("blk.{i}.ffn_up.weight"), &[e, f], GgmlType::Q4_0);
         t(&format!("blk.{i}.ffn_down.weight"), &[f, e], GgmlType::Q4_0);
@@ -40,12 +54,20 @@ fn tiny_llama(q_type: GgmlType) -> Vec<u8> {
 fn load(bytes: &[u8], opts: &ModelOptions) -> Option<Result<Model, EngineError>> {
     let ctx = gpu()?;
     let file = GgufFile::read(&bytes.to_vec()).unwrap();
-    Some(pollster::block_on(Model::load(ctx, &file, &bytes.to_vec(), opts, &mut |_| {})))
+    Some(pollster::block_on(Model::load(
+        ctx,
+        &file,
+        &bytes.to_vec(),
+        opts,
+        &mut |_| {},
+    )))
 }
 
 #[test]
 fn tiny_model_loads_and_runs() {
-    let Some(r) = load(&tiny_llama(GgmlType::Q4_0), &ModelOptions::default()) else { return };
+    let Some(r) = load(&tiny_llama(GgmlType::Q4_0), &ModelOptions::default()) else {
+        return;
+    };
     let mut m = r.unwrap();
     let logits = pollster::block_on(m.eval(&[1, 2, 3], Logits::Last)).unwrap();
     assert_eq!(logits.len(), 96);
@@ -53,10 +75,15 @@ fn tiny_model_loads_and_runs() {
 
 #[test]
 fn unsupported_quant_type_is_named() {
-    let Some(r) = load(&tiny_llama(GgmlType::Q5_0), &ModelOptions::default()) else { return };
+    let Some(r) = load(&tiny_llama(GgmlType::Q5_0), &ModelOptions::default()) else {
+        return;
+    };
     let err = r.err().expect("Q5_0 must be refused");
     assert!(matches!(err, EngineError::UnsupportedType { .. }), "{err}");
-    assert!(err.to_string().contains("Q5_0") && err.to_string().contains("attn_q"), "{err}");
+    assert!(
+        err.to_string().contains("Q5_0") && err.to_string().contains("attn_q"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -72,13 +99,30 @@ fn missing_tensor_is_named() {
             w.metadata(k, v.clone());
         }
         for t in &file.tensors {
-            w.tensor(&t.name, &t.dims, t.ty, file.tensor_bytes(&bytes, t).unwrap().into_owned()).unwrap();
+            w.tensor(
+                &t.name,
+                &t.dims,
+                t.ty,
+                file.tensor_bytes(&bytes, t).unwrap().into_owned(),
+            )
+            .unwrap();
         }
         w.to_bytes()
     })
     .unwrap();
-    let err = pollster::block_on(Model::load(ctx, &file, &bytes, &ModelOptions::default(), &mut |_| {})).err().unwrap();
-    assert!(matches!(&err, EngineError::MissingTensor(n) if n == "blk.1.ffn_up.weight"), "{err}");
+    let err = pollster::block_on(Model::load(
+        ctx,
+        &file,
+        &bytes,
+        &ModelOptions::default(),
+        &mut |_| {},
+    ))
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, EngineError::MissingTensor(n) if n == "blk.1.ffn_up.weight"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -86,7 +130,10 @@ fn truncated_model_file_is_refused() {
     let Some(path) = smollm2_path() else { return };
     let bytes = std::fs::read(path).unwrap();
     for cut in [10, 1000, 3_000_000, bytes.len() / 2, bytes.len() - 1] {
-        assert!(GgufFile::read(&bytes[..cut].to_vec()).is_err(), "a file cut at {cut} bytes was accepted");
+        assert!(
+            GgufFile::read(&bytes[..cut].to_vec()).is_err(),
+            "a file cut at {cut} bytes was accepted"
+        );
     }
 }
 
@@ -96,15 +143,25 @@ fn context_larger_than_the_adapter_allows_is_refused_up_front() {
     let Some(path) = smollm2_path() else { return };
     let src = lilypad_gguf::MmapSource::open(path).unwrap();
     let file = GgufFile::read(&src).unwrap();
-    let opts = ModelOptions { context: Some(1 << 22), ..Default::default() };
-    let err = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |_| {})).err().unwrap();
+    let opts = ModelOptions {
+        context: Some(1 << 22),
+        ..Default::default()
+    };
+    let err = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |_| {}))
+        .err()
+        .unwrap();
     assert!(matches!(err, EngineError::TooLarge { .. }), "{err}");
 }
 
 #[test]
 fn unknown_adapter_is_a_typed_error() {
-    let opts = AdapterOptions { name: Some("no-such-gpu-anywhere".into()), backends: None };
-    let err = pollster::block_on(GpuContext::new(&opts)).err().expect("no adapter has that name");
+    let opts = AdapterOptions {
+        name: Some("no-such-gpu-anywhere".into()),
+        backends: None,
+    };
+    let err = pollster::block_on(GpuContext::new(&opts))
+        .err()
+        .expect("no adapter has that name");
     assert!(matches!(err, EngineError::NoAdapter { .. }), "{err}");
 }
 
@@ -114,8 +171,17 @@ fn bad_token_and_full_context_are_typed_errors() {
     let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
     m.model.reset();
     let vocab = m.model.config.vocab;
-    assert!(matches!(pollster::block_on(m.model.eval(&[vocab], Logits::Last)), Err(EngineError::BadToken { .. })));
+    assert!(matches!(
+        pollster::block_on(m.model.eval(&[vocab], Logits::Last)),
+        Err(EngineError::BadToken { .. })
+    ));
     let too_many = vec![1u32; m.model.context as usize + 1];
-    assert!(matches!(pollster::block_on(m.model.eval(&too_many, Logits::None)), Err(EngineError::ContextFull { .. })));
-    assert!(m.model.tokens().is_empty(), "a refused step must not change the state");
+    assert!(matches!(
+        pollster::block_on(m.model.eval(&too_many, Logits::None)),
+        Err(EngineError::ContextFull { .. })
+    ));
+    assert!(
+        m.model.tokens().is_empty(),
+        "a refused step must not change the state"
+    );
 }

@@ -114,7 +114,9 @@ fn greedy_tokens_match_llama_cpp() {
         let n_prompt = p.prompt_tokens.len();
         let mut checked = 0;
         for (j, &want) in p.greedy_tokens.iter().enumerate() {
-            let Some(&ours) = out.tokens.get(j) else { break };
+            let Some(&ours) = out.tokens.get(j) else {
+                break;
+            };
             if ours != want {
                 let top = &p.top_logits[n_prompt - 1 + j];
                 assert!(

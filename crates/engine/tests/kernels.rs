@@ -3,7 +3,6 @@
 //! Runs on any adapter (lavapipe in CI); without one the tests skip, unless
 //! LILYPAD_REQUIRE_GPU=1, as CI sets, turns that into a failure.
 
-use std::sync::{Arc, OnceLock};
 
 use lilypad_engine::kernels::{Dispatch, submit};
 use lilypad_engine::ops::{
@@ -13,27 +12,13 @@ use lilypad_engine::ops::{
     sample::{Sampler, SamplingParams, reference_sample},
 };
 use lilypad_engine::weights::GpuWeight;
-use lilypad_engine::{AdapterOptions, GpuContext};
+use lilypad_engine::GpuContext;
 use lilypad_gguf::{GgmlType, dequantize, quantize};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-fn gpu() -> Option<Arc<GpuContext>> {
-    static CTX: OnceLock<Option<Arc<GpuContext>>> = OnceLock::new();
-    CTX.get_or_init(
-        || match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                assert!(
-                    std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"),
-                    "no GPU adapter: {e}"
-                );
-                eprintln!("skipping GPU kernel tests: {e}");
-                None
-            }
-        },
-    )
-    .clone()
-}
+#[path = "../../../tests/src/gpu.rs"]
+mod shared_gpu;
+use shared_gpu::gpu;
 
 macro_rules! ctx_or_skip {
     () => {
