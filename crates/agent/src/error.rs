@@ -1,0 +1,35 @@
+use std::io;
+
+use thiserror::Error;
+
+/// What can go wrong touching a repository. Messages are written for the model to read: a tool
+/// that fails returns this text as its observation.
+#[derive(Debug, Error)]
+pub enum RepoError {
+    #[error("path `{path}` is outside the repository root `{root}`")]
+    OutsideRoot { path: String, root: String },
+    #[error("invalid path `{path}`: {reason}")]
+    InvalidPath { path: String, reason: &'static str },
+    #[error("`{0}` does not exist")]
+    NotFound(String),
+    #[error("`{0}` is a directory")]
+    IsADirectory(String),
+    #[error("`{0}` is not a directory")]
+    NotADirectory(String),
+    #[error("`{0}` already exists")]
+    AlreadyExists(String),
+    #[error("symbolic link `{path}` points outside the repository")]
+    SymlinkEscape { path: String },
+    #[error("archive: {0}")]
+    Archive(String),
+    #[error("patch: {0}")]
+    Patch(String),
+    #[error("nothing to undo")]
+    NothingToUndo,
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}

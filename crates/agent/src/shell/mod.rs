@@ -1,0 +1,27 @@
+//! Shells behind the `Bash` tool. Natively a real shell runs in the repository's folder; in the
+//! browser a small shell runs over the in-memory repository. Both answer the same way: combined
+//! output and an exit status, so the model cannot tell (and need not care) which one ran.
+
+use std::time::Duration;
+
+use crate::{RepoPath, Repository};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShellOutput {
+    /// stdout and stderr interleaved as the command wrote them (the model sees one stream).
+    pub output: String,
+    /// Exit status; `None` when the command was killed (timeout).
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+}
+
+pub trait Shell {
+    /// Runs `command` with the repository root as the starting folder. A shell that keeps a
+    /// working folder between calls (`cd`) reports it through [`Shell::cwd`].
+    fn run(&mut self, repo: &mut dyn Repository, command: &str, timeout: Duration) -> ShellOutput;
+
+    /// The folder the next command starts in.
+    fn cwd(&self) -> RepoPath {
+        RepoPath::root()
+    }
+}
