@@ -4,6 +4,11 @@
 //   w_q: the block's data words (Q4_0/Q4_1: 4 words of nibbles; Q8_0: 8 words of i8;
 //        F16/BF16: 2 values per word; F32: 1 value per word)
 //   w_s: per-block scales. Q4_0/Q8_0: f16 d, two blocks per word; Q4_1: (d, m) f16 pair.
+// K-quants (super-blocks of 256, llama.cpp's byte layouts regrouped by word; see
+// crates/gguf/src/kquant.rs for the formats):
+//   Q4_K: w_q 32 words of qs;                 w_s 4 words: (d, dmin) f16 pair, scales[12]
+//   Q5_K: w_q 32 words of qs, 8 words of qh;  w_s as Q4_K
+//   Q6_K: w_q 32 words of ql, 16 words of qh; w_s 5 words: scales[16] (i8), d (f16, low half)
 // A "unit" is 8 consecutive-in-memory weights of one row, returned as two vec4s with the
 // vec4 indices (within the row) of the activations they multiply.
 // The includer declares `w_q`, `w_s` and one of the type flags.
@@ -30,6 +35,61 @@ fn bytes_i8(w: u32) -> vec4<f32> {
 
 fn half_scale(block: u32) -> f32 {
     return unpack2x16float(w_s[block >> 1u])[block & 1u];
+}
+
+// The bit field at `shift` (masked by `mask`) of each of w's 4 bytes: k-quants' high bits.
+fn byte_fields(w: u32, shift: u32, mask: u32) -> vec4<f32> {
+    return vec4<f32>(f32((w >> shift) & mask), f32((w >> (shift + 8u)) & mask),
+                     f32((w >> (shift + 16u)) & mask), f32((w >> (shift + 24u)) & mask));
+}
+
+// ggml's get_scale_min_k4 for sub-blocks 2c and 2c + 1 (one 64-weight chunk) of the Q4_K/Q5_K
+// block whose w_s words start at `sb`, as (scale, min, scale, min). Both sub-blocks sit in
+// neighbouring bytes, so they are decoded together, one per byte lane.
+fn scale_min_k4(sb: u32, c: u32) -> vec4<f32> {
+    let sh = 16u * (c & 1u);
+    let s0 = w_s[sb + 1u] >> sh;
+    let s1 = w_s[sb + 2u] >> sh;
+    let s2 = w_s[sb + 3u] >> sh;
+    // Sub-blocks 0..4: the low 6 bits of bytes j and j + 4. 4..8: a nibble of byte j + 4 and
+    // the top 2 bits of bytes j - 4 and j.
+    let hi = c >= 2u;
+    let sc = select(s0 & 0x3f3fu, (s2 & 0x0f0fu) | ((s0 >> 2u) & 0x3030u), hi);
+    let mn = select(s1 & 0x3f3fu, ((s2 >> 4u) & 0x0f0fu) | ((s1 >> 2u) & 0x3030u), hi);
+    return vec4<f32>(f32(sc & 0xffu), f32(mn & 0xffu), f32(sc >> 8u), f32(mn >> 8u));
+}
+
+// Q6_K's i8 scale `j` (0..16) of the block whose w_s words start at `sb`.
+fn scale_i8(sb: u32, j: u32) -> f32 {
+    return f32(bitcast<i32>(w_s[sb + j / 4u] << (24u - 8u * (j % 4u))) >> 24u);
+}
+
+// Unit u of a Q4_K row, or with `five_bit` a Q5_K row (constant per variant, so it folds).
+// One qs word: bytes 4i'..4i'+3 of 64-weight chunk c; low nibbles are weights 64c + 4i'..,
+// high nibbles 64c + 32 + 4i'..; sub-blocks 2c and 2c + 1. Q5_K's fifth bits are bits 2c
+// (low) and 2c + 1 (high) of qh bytes 4i'... d·scale·q and dmin·min are exact in f32, so
+// only the subtraction rounds, as on the CPU.
+fn unit_q45_k(row: u32, u: u32, cols: u32, five_bit: bool) -> Unit {
+    let blk = row * (cols / 256u) + u / 32u;
+    let i = u % 32u;
+    let c = i / 8u;
+    let stride = select(32u, 40u, five_bit);
+    let w = w_q[blk * stride + i];
+    var qa = nibbles_lo(w);
+    var qb = nibbles_hi(w);
+    if five_bit {
+        let h = w_q[blk * stride + 32u + i % 8u];
+        qa += 16.0 * byte_fields(h, 2u * c, 1u);
+        qb += 16.0 * byte_fields(h, 2u * c + 1u, 1u);
+    }
+    let dm = unpack2x16float(w_s[blk * 4u]);
+    let sm = scale_min_k4(blk * 4u, c);
+    var r: Unit;
+    r.a = qa * (dm.x * sm.x) - dm.y * sm.y;
+    r.b = qb * (dm.x * sm.z) - dm.y * sm.w;
+    r.ia = (u / 32u) * 64u + c * 16u + i % 8u;
+    r.ib = r.ia + 8u;
+    return r;
 }
 
 fn bf16_pair(w: u32) -> vec2<f32> {
@@ -72,6 +132,32 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     r.b = bytes_i8(w_q[blk * 8u + 2u * j + 1u]) * d;
     r.ia = 2u * u;
     r.ib = 2u * u + 1u;
+#endif
+#if Q4_K
+    r = unit_q45_k(row, u, cols, false);
+#endif
+#if Q5_K
+    r = unit_q45_k(row, u, cols, true);
+#endif
+#if Q6_K
+    // ql word k of half hf (bytes 4k'.. of its 64, k' = k % 16): low nibbles are weights
+    // 128hf + 4k'.., high nibbles 64 further on; their top two bits sit in qh bytes
+    // 4(k' % 8).. at bits 0/2 (low) and 4/6 (high) for k' < 8 / k' ≥ 8. d·scale·(q − 32) is
+    // exact in f32, so any evaluation order matches the CPU bit for bit.
+    let blk = row * (cols / 256u) + u / 32u;
+    let k = u % 32u;
+    let hf = k / 16u;
+    let kk = k % 16u;
+    let w = w_q[blk * 48u + k];
+    let h = w_q[blk * 48u + 32u + hf * 8u + kk % 8u];
+    let shift = (kk / 8u) * 2u;
+    // One scale per 16 weights: the low-nibble weights' is sj, the high ones' sj + 4.
+    let sj = hf * 8u + (kk % 8u) / 4u + shift;
+    let d = unpack2x16float(w_s[blk * 5u + 4u]).x;
+    r.a = (nibbles_lo(w) + 16.0 * byte_fields(h, shift, 3u) - 32.0) * (d * scale_i8(blk * 5u, sj));
+    r.b = (nibbles_hi(w) + 16.0 * byte_fields(h, shift + 4u, 3u) - 32.0) * (d * scale_i8(blk * 5u, sj + 4u));
+    r.ia = (u / 32u) * 64u + hf * 32u + kk;
+    r.ib = r.ia + 16u;
 #endif
 #if F16
     let base = row * (cols / 2u) + 4u * u;

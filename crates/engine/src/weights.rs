@@ -16,6 +16,9 @@ pub fn supported(ty: GgmlType) -> bool {
             | GgmlType::Q4_0
             | GgmlType::Q4_1
             | GgmlType::Q8_0
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
     )
 }
 
@@ -25,6 +28,9 @@ pub fn type_macro(ty: GgmlType) -> &'static str {
         GgmlType::Q4_0 => "Q4_0",
         GgmlType::Q4_1 => "Q4_1",
         GgmlType::Q8_0 => "Q8_0",
+        GgmlType::Q4K => "Q4_K",
+        GgmlType::Q5K => "Q5_K",
+        GgmlType::Q6K => "Q6_K",
         GgmlType::F16 => "F16",
         GgmlType::BF16 => "BF16",
         _ => "F32",
@@ -56,13 +62,14 @@ pub fn repack(name: &str, ty: GgmlType, rows: u64, cols: u64, bytes: &[u8]) -> R
     if !supported(ty) {
         return Err(unsupported());
     }
-    if cols % 32 != 0 && !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-        || cols % 8 != 0
-    {
+    // Kernels decode 8 weights at a time and never straddle a block (256 for k-quants).
+    let col_multiple = ty.block_size().max(8);
+    if !cols.is_multiple_of(col_multiple) {
         return Err(EngineError::Shape {
             op: "weight upload",
             detail: format!(
-                "{name}: {cols} columns; the kernels need a multiple of 8 (32 for quantized types)"
+                "{name}: {cols} columns; the kernels need a multiple of {col_multiple} for {}",
+                ty.name()
             ),
         });
     }
@@ -100,6 +107,29 @@ pub fn repack(name: &str, ty: GgmlType, rows: u64, cols: u64, bytes: &[u8]) -> R
             for block in bytes.chunks_exact(20) {
                 out.s.push(f16_bits(block) | (f16_bits(&block[2..]) << 16));
                 out.q.extend(block[4..].chunks_exact(4).map(word));
+            }
+        }
+        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+            // Byte ranges of one block that go to w_q and to w_s, in order (layouts in
+            // shaders/common/quant.wgsl). Only Q6_K's trailing f16 `d` fills part of a word.
+            type Parts = &'static [(usize, usize)];
+            let (q_parts, s_parts): (Parts, Parts) = match ty {
+                GgmlType::Q4K => (&[(16, 144)], &[(0, 16)]),
+                GgmlType::Q5K => (&[(48, 176), (16, 48)], &[(0, 16)]),
+                _ => (&[(0, 192)], &[(192, 210)]),
+            };
+            let bs = ty.type_size() as usize;
+            for block in bytes.chunks_exact(bs) {
+                for &(lo, hi) in q_parts {
+                    out.q.extend(block[lo..hi].chunks_exact(4).map(word));
+                }
+                for &(lo, hi) in s_parts {
+                    out.s.extend(
+                        block[lo..hi]
+                            .chunks(4)
+                            .map(|c| c.iter().rev().fold(0u32, |w, &b| (w << 8) | b as u32)),
+                    );
+                }
             }
         }
         _ => return Err(unsupported()),

@@ -85,14 +85,58 @@ const WEIGHT_TYPES: &[GgmlType] = &[
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
     GgmlType::F16,
     GgmlType::BF16,
     GgmlType::F32,
 ];
 
+/// A random finite f16: mostly a typical weight scale of either sign, sometimes any finite
+/// bit pattern (zero, subnormals, the largest value).
+fn random_f16_scale(r: &mut StdRng) -> [u8; 2] {
+    if r.random_range(0..8) == 0 {
+        loop {
+            let bits: u16 = r.random();
+            if bits & 0x7C00 != 0x7C00 {
+                return bits.to_le_bytes();
+            }
+        }
+    }
+    let v = r.random_range(1e-3f32..0.05) * if r.random() { 1.0 } else { -1.0 };
+    half::f16::from_f32(v).to_le_bytes()
+}
+
+/// K-quant super-blocks of random bytes (every pattern of packed scales, mins and high bits)
+/// with finite f16 scale fields.
+fn random_k_blocks(r: &mut StdRng, ty: GgmlType, n_blocks: usize) -> Vec<u8> {
+    let ts = ty.type_size() as usize;
+    let f16_fields: &[usize] = if ty == GgmlType::Q6K { &[208] } else { &[0, 2] };
+    let mut bytes: Vec<u8> = (0..n_blocks * ts).map(|_| r.random()).collect();
+    for block in bytes.chunks_exact_mut(ts) {
+        for &at in f16_fields {
+            block[at..at + 2].copy_from_slice(&random_f16_scale(r));
+        }
+    }
+    bytes
+}
+
+/// Columns for a test matrix: `n32` blocks of 32, or `n256` super-blocks for k-quants.
+fn test_cols(ty: GgmlType, n32: usize, n256: usize) -> usize {
+    if ty.block_size() == 256 {
+        256 * n256
+    } else {
+        32 * n32
+    }
+}
+
 fn random_weight(r: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
-    let data = randn(r, rows * cols, 1.0);
-    let bytes = quantize(ty, &data).unwrap();
+    let bytes = if ty.block_size() == 256 {
+        random_k_blocks(r, ty, rows * cols / 256)
+    } else {
+        quantize(ty, &randn(r, rows * cols, 1.0)).unwrap()
+    };
     let mut deq = vec![0f32; rows * cols];
     dequantize(ty, &bytes, &mut deq).unwrap();
     (bytes, deq)
@@ -104,7 +148,7 @@ fn dequantize_is_bit_exact() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
     for &ty in WEIGHT_TYPES {
-        let (rows, cols) = (37, 32 * 7);
+        let (rows, cols) = (37, test_cols(ty, 7, 3));
         let (bytes, want) = random_weight(&mut r, ty, rows, cols);
         // A tiny chunk cap splits the table across buffers too.
         for cap in [None, Some(ty.row_bytes(cols as u64).unwrap() * 6)] {
@@ -136,6 +180,35 @@ fn dequantize_is_bit_exact() {
     }
 }
 
+/// K-quant rows must fill whole super-blocks and the data must match the shape: typed errors,
+/// checked before anything reaches the GPU. Repacked blocks take 32/40/48 words of quants and
+/// 4/4/5 of scales (the GPU dequantization test checks that no bit is lost).
+#[test]
+fn k_quant_repack_checks_shapes() {
+    use lilypad_engine::{EngineError, weights::repack};
+    for (ty, q_words, s_words) in [
+        (GgmlType::Q4K, 32, 4),
+        (GgmlType::Q5K, 40, 4),
+        (GgmlType::Q6K, 48, 5),
+    ] {
+        let ts = ty.type_size() as usize;
+        for (cols, len) in [
+            (128u64, ts),
+            (256 + 32, 2 * ts),
+            (256, 2 * ts - 1),
+            (256, 3 * ts),
+        ] {
+            let e = repack("w", ty, 2, cols, &vec![0; len]).unwrap_err();
+            assert!(
+                matches!(e, EngineError::Shape { .. }),
+                "{ty} {cols} cols {len} bytes: {e}"
+            );
+        }
+        let p = repack("w", ty, 3, 512, &vec![0xA5; 6 * ts]).unwrap();
+        assert_eq!((p.q.len(), p.s.len()), (6 * q_words, 6 * s_words), "{ty}");
+    }
+}
+
 fn matvec_reference(
     w: &[f32],
     x: &[f32],
@@ -164,7 +237,7 @@ fn matvec_matches_reference() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
     for &ty in WEIGHT_TYPES {
-        for &(rows, cols) in &[(77usize, 96usize), (130, 32 * 19)] {
+        for (rows, cols) in [(77usize, test_cols(ty, 3, 1)), (130, test_cols(ty, 19, 3))] {
             let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
             for &(tokens, tile, cap, accumulate) in &[
                 (1usize, 1u32, None, false),

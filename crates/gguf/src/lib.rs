@@ -10,6 +10,7 @@
 //! Format authority: ggml's `gguf.cpp`, `ggml.h`, `ggml-common.h` and `ggml-quants.c`.
 
 mod error;
+mod kquant;
 mod quant;
 mod reader;
 mod source;
@@ -18,7 +19,7 @@ mod value;
 mod writer;
 
 pub use error::{GgufError, Result};
-pub use quant::{dequantize, quantize};
+pub use quant::{can_convert, dequantize, quantize};
 pub use reader::{
     DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufFile, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS,
     MAX_ELEMENTS, MAX_STRING_LEN, TensorInfo,

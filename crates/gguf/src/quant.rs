@@ -7,12 +7,11 @@
 
 use half::{bf16, f16};
 
-use crate::{GgmlType, GgufError, Result};
+use crate::{GgmlType, GgufError, Result, kquant};
 
-/// Decodes whole blocks of `ty` from `bytes` into `out`, which must hold exactly the number
-/// of elements those blocks encode.
-pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
-    let supported = matches!(
+/// Whether [`dequantize`] and [`quantize`] handle `ty`.
+pub fn can_convert(ty: GgmlType) -> bool {
+    matches!(
         ty,
         GgmlType::F32
             | GgmlType::F16
@@ -20,8 +19,16 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
             | GgmlType::Q4_0
             | GgmlType::Q4_1
             | GgmlType::Q8_0
-    );
-    if !supported {
+            | GgmlType::Q4K
+            | GgmlType::Q5K
+            | GgmlType::Q6K
+    )
+}
+
+/// Decodes whole blocks of `ty` from `bytes` into `out`, which must hold exactly the number
+/// of elements those blocks encode.
+pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
+    if !can_convert(ty) {
         return Err(GgufError::UnsupportedType {
             ty,
             op: "dequantize",
@@ -77,6 +84,12 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
                 *y = q as i8 as f32 * d;
             }
         }),
+        GgmlType::Q4K | GgmlType::Q5K => blocks
+            .zip(outs)
+            .for_each(|(b, y)| kquant::dequantize_q45_k(b, ty == GgmlType::Q5K, y)),
+        GgmlType::Q6K => blocks
+            .zip(outs)
+            .for_each(|(b, y)| kquant::dequantize_q6_k(b, y)),
         _ => unreachable!("checked above"),
     }
     Ok(())
@@ -85,16 +98,7 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
 /// Encodes `data` as `ty` with ggml's round-to-nearest reference quantizers;
 /// `data.len()` must be a whole number of blocks.
 pub fn quantize(ty: GgmlType, data: &[f32]) -> Result<Vec<u8>> {
-    let supported = matches!(
-        ty,
-        GgmlType::F32
-            | GgmlType::F16
-            | GgmlType::BF16
-            | GgmlType::Q4_0
-            | GgmlType::Q4_1
-            | GgmlType::Q8_0
-    );
-    if !supported {
+    if !can_convert(ty) {
         return Err(GgufError::UnsupportedType { ty, op: "quantize" });
     }
     let n = data.len() as u64;
@@ -163,6 +167,10 @@ pub fn quantize(ty: GgmlType, data: &[f32]) -> Result<Vec<u8>> {
             // `round` is C's `roundf`: halves away from zero.
             out.extend(x.iter().map(|&v| (v * id).round() as i8 as u8));
         }),
+        GgmlType::Q4K | GgmlType::Q5K => {
+            blocks.for_each(|x| kquant::quantize_q45_k(x, ty == GgmlType::Q5K, &mut out))
+        }
+        GgmlType::Q6K => blocks.for_each(|x| kquant::quantize_q6_k(x, &mut out)),
         _ => unreachable!("checked above"),
     }
     debug_assert_eq!(out.len() as u64, len);

@@ -10,16 +10,20 @@ use lilypad_gguf::{
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
+/// Where the last tensor's data ends: only the padding after it may be cut off.
+fn data_end(f: &lilypad_gguf::GgufFile) -> usize {
+    f.tensors
+        .iter()
+        .map(|t| t.offset + t.n_bytes())
+        .max()
+        .unwrap() as usize
+}
+
 #[test]
 fn every_truncation_is_an_error() {
     let full = sample();
     let f = read_both(&full).unwrap();
-    let data_end = f
-        .tensors
-        .iter()
-        .map(|t| t.offset + t.n_bytes())
-        .max()
-        .unwrap() as usize;
+    let data_end = data_end(&f);
     for len in 0..data_end {
         let e = expect_err(&full[..len]);
         assert!(
@@ -500,4 +504,59 @@ fn unknown_value_types_and_bad_bools() {
         expect_err(&b).root(),
         GgufError::InvalidBool { value: 2, .. }
     ));
+}
+
+/// K-quant tensors (256-weight super-blocks): data cut anywhere short of the last block, and
+/// rows that do not fill whole super-blocks, are refused with typed errors naming the tensor.
+#[test]
+fn k_quant_tensors_truncated_or_partial() {
+    let types = [
+        ("t.q4_k", GgmlType::Q4K),
+        ("t.q5_k", GgmlType::Q5K),
+        ("t.q6_k", GgmlType::Q6K),
+    ];
+    let mut w = GgufWriter::new();
+    w.metadata("general.architecture", Value::String("llama".into()));
+    let x: Vec<f32> = (0..512)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
+    for (name, ty) in types {
+        w.tensor(name, &[256, 2], ty, lilypad_gguf::quantize(ty, &x).unwrap())
+            .unwrap();
+    }
+    let full = w.to_bytes();
+    let f = read_both(&full).unwrap();
+    for (name, ty) in types {
+        let t = f.tensor(name).unwrap();
+        assert_eq!((t.ty, t.n_bytes()), (ty, 2 * ty.type_size()));
+        let mut y = vec![0f32; 512];
+        lilypad_gguf::dequantize(ty, &f.tensor_bytes(&full, t).unwrap(), &mut y).unwrap();
+    }
+    let data_end = data_end(&f);
+    for len in f.data_offset as usize..data_end {
+        let e = expect_err(&full[..len]);
+        assert!(
+            matches!(
+                e.root(),
+                GgufError::DataPastEnd { .. } | GgufError::Truncated { .. }
+            ),
+            "prefix {len}: unexpected {e}"
+        );
+    }
+    for (name, ty) in types {
+        // 128 x 4 takes the same bytes as 256 x 2 but splits super-blocks across rows.
+        let mut b = full.clone();
+        let at = tensor_info_at(&b, name);
+        put_u64(&mut b, at.dims, 128);
+        put_u64(&mut b, at.dims + 8, 4);
+        let e = expect_err(&b);
+        assert!(
+            matches!(
+                e.root(),
+                GgufError::NotBlockMultiple { ty: t, elements: 128, block_size: 256 } if *t == ty
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains(name), "{e}");
+    }
 }

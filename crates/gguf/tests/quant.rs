@@ -2,7 +2,7 @@
 //! round-trip error bounds on seeded random data.
 
 use half::f16;
-use lilypad_gguf::{GgmlType, GgufError, dequantize, quantize};
+use lilypad_gguf::{GgmlType, GgufError, can_convert, dequantize, quantize};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn deq(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
@@ -327,6 +327,29 @@ fn length_and_type_errors() {
         dequantize(GgmlType::F16, &[0; 3], &mut out),
         Err(GgufError::PartialBlock { .. })
     ));
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let n = ty.type_size() as usize;
+        assert!(matches!(
+            dequantize(ty, &vec![0; 2 * n - 1], &mut vec![0.0; 512]),
+            Err(GgufError::PartialBlock { bytes, type_size, .. }) if bytes == 2 * n as u64 - 1 && type_size == n as u64
+        ));
+        assert!(matches!(
+            dequantize(ty, &vec![0; n], &mut vec![0.0; 255]),
+            Err(GgufError::OutputLength {
+                expected: 256,
+                got: 255,
+                ..
+            })
+        ));
+        assert!(matches!(
+            quantize(ty, &[0.0; 255]),
+            Err(GgufError::NotBlockMultiple {
+                elements: 255,
+                block_size: 256,
+                ..
+            })
+        ));
+    }
     for ty in GgmlType::ALL {
         let supported = matches!(
             ty,
@@ -336,7 +359,11 @@ fn length_and_type_errors() {
                 | GgmlType::Q4_0
                 | GgmlType::Q4_1
                 | GgmlType::Q8_0
+                | GgmlType::Q4K
+                | GgmlType::Q5K
+                | GgmlType::Q6K
         );
+        assert_eq!(can_convert(ty), supported, "{ty}");
         let n = ty.block_size() as usize;
         let d = dequantize(ty, &vec![0; ty.type_size() as usize], &mut vec![0.0; n]);
         let q = quantize(ty, &vec![0.0; n]);
@@ -364,4 +391,131 @@ fn length_and_type_errors() {
         "{e}"
     );
     assert!(quantize(GgmlType::Q8_0, &[]).unwrap().is_empty());
+}
+
+/// One k-quant fixture from `scripts/llama-cpp/kquant_fixture.py` (layout in its docstring):
+/// random blocks with gguf-py's dequantization, and inputs with ggml's reference quantization.
+struct KFixture {
+    blocks: Vec<u8>,
+    values: Vec<f32>,
+    inputs: Vec<f32>,
+    quantized: Vec<u8>,
+}
+
+fn k_fixture(ty: GgmlType) -> KFixture {
+    let path = format!(
+        "{}/tests/fixtures/{}.bin",
+        env!("CARGO_MANIFEST_DIR"),
+        ty.name().to_lowercase()
+    );
+    let b = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    assert_eq!(&b[..4], b"LPKQ", "{path}");
+    assert_eq!((u32_at(4), u32_at(8)), (1, ty.id()), "{path}");
+    let (d, q) = (u32_at(12) as usize, u32_at(16) as usize);
+    let ts = ty.type_size() as usize;
+    let f32s = |bytes: &[u8]| -> Vec<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let mut at = 20;
+    let mut take = |n: usize| {
+        at += n;
+        &b[at - n..at]
+    };
+    let f = KFixture {
+        blocks: take(d * ts).to_vec(),
+        values: f32s(take(d * 256 * 4)),
+        inputs: f32s(take(q * 256 * 4)),
+        quantized: take(q * ts).to_vec(),
+    };
+    assert_eq!(at, b.len(), "{path}: trailing bytes");
+    f
+}
+
+#[test]
+fn k_quants_match_llama_cpp_bit_for_bit() {
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let f = k_fixture(ty);
+        let y = deq(ty, &f.blocks);
+        assert_eq!(y.len(), f.values.len());
+        for (i, (g, w)) in y.iter().zip(&f.values).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                w.to_bits(),
+                "{ty} dequantize: block {} [{}]: {g} vs {w}",
+                i / 256,
+                i % 256
+            );
+        }
+        let q = quantize(ty, &f.inputs).unwrap();
+        let ts = ty.type_size() as usize;
+        for (blk, (g, w)) in q.chunks(ts).zip(f.quantized.chunks(ts)).enumerate() {
+            assert_eq!(g, w, "{ty} quantize: block {blk}");
+        }
+    }
+}
+
+#[test]
+fn k_quant_scale_packing() {
+    // Sub-blocks 0..4 keep their 6-bit scale and min in bytes j and j + 4; 4..8 split them
+    // into the low nibbles of bytes j + 4 and the top two bits of bytes j - 4 and j.
+    let mut b = vec![0u8; 144];
+    b[..2].copy_from_slice(&h(1.0));
+    b[2..4].copy_from_slice(&h(0.5));
+    let scales: [u8; 8] = [1, 2, 3, 63, 17, 33, 48, 5];
+    let mins: [u8; 8] = [0, 4, 62, 7, 21, 40, 9, 63];
+    for j in 0..8 {
+        let (s, m) = (scales[j], mins[j]);
+        if j < 4 {
+            b[4 + j] = s;
+            b[4 + j + 4] = m;
+        } else {
+            b[4 + j + 4] = (s & 0xF) | (m & 0xF) << 4;
+            b[4 + j - 4] |= (s >> 4) << 6;
+            b[4 + j] |= (m >> 4) << 6;
+        }
+    }
+    // Every nibble q = 3 for weights 64c + l (low) and q = 12 for 64c + 32 + l (high).
+    b[16..].fill(0xC3);
+    let y = deq(GgmlType::Q4K, &b);
+    for (i, &v) in y.iter().enumerate() {
+        let j = i / 32;
+        let q = if j % 2 == 0 { 3.0 } else { 12.0 };
+        assert_eq!(v, scales[j] as f32 * q - 0.5 * mins[j] as f32, "[{i}]");
+    }
+}
+
+#[test]
+fn k_quants_round_trip_within_their_error_bounds() {
+    // ggml's search is not bound per weight (it may clip to lower the weighted error), so the
+    // check is the RMS error of each super-block relative to its RMS value.
+    let mut rng = StdRng::seed_from_u64(0x4B);
+    let n: usize = 256 * 23;
+    let x: Vec<f32> = (0..n)
+        .map(|i| {
+            let scale = 10f32.powi(i as i32 / 256 % 5 - 3);
+            rng.random_range(-1.0f32..1.0) * scale
+        })
+        .collect();
+    for (ty, bound) in [
+        (GgmlType::Q4K, 0.12),
+        (GgmlType::Q5K, 0.06),
+        (GgmlType::Q6K, 0.03),
+    ] {
+        let y = deq(ty, &quantize(ty, &x).unwrap());
+        for (blk, (xb, yb)) in x.chunks(256).zip(y.chunks(256)).enumerate() {
+            let rms = |v: &mut dyn Iterator<Item = f32>| {
+                (v.map(|e| (e as f64).powi(2)).sum::<f64>() / 256.0).sqrt()
+            };
+            let err = rms(&mut xb.iter().zip(yb).map(|(a, b)| a - b));
+            let scale = rms(&mut xb.iter().copied());
+            assert!(
+                err <= bound * scale,
+                "{ty} block {blk}: RMS error {err:.3e} > {bound} x RMS {scale:.3e}"
+            );
+        }
+    }
 }
