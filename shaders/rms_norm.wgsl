@@ -1,6 +1,7 @@
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for every row r of n values.
 // Rows are (token, group): group > 1 normalises each head separately (per-head QK norm).
-// Macros: WG.
+// GATED: y[r] *= silu(z[r]) (Qwen3.5's DeltaNet output norm, per value head).
+// Macros: WG, GATED.
 
 #include "common/step.wgsl"
 
@@ -16,6 +17,9 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 @group(0) @binding(4) var<uniform> step: Step;
+#if GATED
+@group(0) @binding(5) var<storage, read> z: array<f32>;
+#endif
 
 var<workgroup> partial: array<f32, WG>;
 
@@ -41,7 +45,12 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     let scale = inverseSqrt(partial[0] / f32(p.n) + p.eps);
     if live {
         for (var i = tid; i < p.n; i += WG) {
+#if GATED
+            let g = z[base + i];
+            y[base + i] = x[base + i] * scale * w[i] * (g / (1.0 + exp(-g)));
+#else
             y[base + i] = x[base + i] * scale * w[i];
+#endif
         }
     }
 }

@@ -41,6 +41,15 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../shaders/softmax.wgsl"),
     ),
     ("sample.wgsl", include_str!("../../../shaders/sample.wgsl")),
+    ("conv1d.wgsl", include_str!("../../../shaders/conv1d.wgsl")),
+    (
+        "delta_net.wgsl",
+        include_str!("../../../shaders/delta_net.wgsl"),
+    ),
+    (
+        "attn_gate.wgsl",
+        include_str!("../../../shaders/attn_gate.wgsl"),
+    ),
 ];
 
 pub fn source(path: &str) -> Option<&'static str> {

@@ -3,7 +3,10 @@
 //! against a CPU reference.
 
 pub mod attention;
+pub mod attn_gate;
+pub mod conv1d;
 pub mod copy;
+pub mod delta_net;
 pub mod elementwise;
 pub mod get_rows;
 pub mod matvec;

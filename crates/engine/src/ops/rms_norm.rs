@@ -17,13 +17,50 @@ pub fn rms_norm(
     eps: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    let pipeline = ctx.pipeline("rms_norm.wgsl", "rms_norm", &Macros::new().u32("WG", WG))?;
+    norm(ctx, [x, w, y], None, (n, groups, eps), step)
+}
+
+/// y[t, g, ..n] = rmsnorm(x[t, g, ..n]) · w · silu(z[t, g, ..n]): Qwen3.5's gated DeltaNet
+/// output norm, one row per value head (`groups` heads of n = d_v, w shared by all heads).
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_gated(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    z: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    n: u32,
+    groups: u32,
+    eps: f32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    norm(ctx, [x, w, y], Some(z), (n, groups, eps), step)
+}
+
+fn norm(
+    ctx: &GpuContext,
+    [x, w, y]: [&wgpu::Buffer; 3],
+    z: Option<&wgpu::Buffer>,
+    (n, groups, eps): (u32, u32, f32),
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let mut macros = Macros::new().u32("WG", WG);
+    if z.is_some() {
+        macros = macros.flag("GATED");
+    }
+    let pipeline = ctx.pipeline("rms_norm.wgsl", "rms_norm", &macros)?;
     let p = params(ctx, "rms_norm", &[n, groups, eps.to_bits()]);
+    let mut bindings = vec![bind(x), bind(w), bind(y), bind(&p), bind(step)];
+    bindings.extend(z.map(bind));
     Ok(Dispatch::new(
         ctx,
-        "rms_norm",
+        if z.is_some() {
+            "rms_norm_gated"
+        } else {
+            "rms_norm"
+        },
         pipeline,
-        &[bind(x), bind(w), bind(y), bind(&p), bind(step)],
+        &bindings,
         Grid::PerTokens {
             x: groups,
             per_y: 1,

@@ -1,0 +1,47 @@
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+use crate::kernels::{Dispatch, Grid, Macros, fold_grid};
+use crate::ops::{bind, params};
+
+const WG: u32 = 256;
+
+/// Largest kernel size (taps live in registers).
+pub const MAX_TAPS: u32 = 8;
+
+/// y[t, c] = silu(Σ_j w[c, j] · x[t − (taps − 1) + j, c]) for the step's tokens, where inputs
+/// before the step come from `state` [taps − 1, channels] (zero for a new sequence), which is
+/// then updated in place to the step's last taps − 1 inputs. x, y: [T, channels]; w: f32
+/// [channels, taps] (GGUF `ssm_conv1d.weight`).
+#[allow(clippy::too_many_arguments)]
+pub fn conv1d(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    state: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    channels: u32,
+    taps: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let state_bytes = (taps.saturating_sub(1) as u64 * channels as u64 * 4).max(4);
+    if channels == 0 || !(2..=MAX_TAPS).contains(&taps) || state.size() < state_bytes {
+        return Err(EngineError::Shape {
+            op: "conv1d",
+            detail: format!(
+                "{channels} channels, kernel {taps} (2..={MAX_TAPS}), state of {} bytes (needs {state_bytes})",
+                state.size()
+            ),
+        });
+    }
+    let macros = Macros::new().u32("WG", WG).u32("N_TAPS", taps);
+    let pipeline = ctx.pipeline("conv1d.wgsl", "conv1d", &macros)?;
+    let p = params(ctx, "conv1d", &[channels]);
+    let (gx, gz) = fold_grid(channels.div_ceil(WG));
+    Ok(Dispatch::new(
+        ctx,
+        "conv1d",
+        pipeline,
+        &[bind(x), bind(w), bind(state), bind(y), bind(&p), bind(step)],
+        Grid::Fixed([gx, 1, gz]),
+    ))
+}

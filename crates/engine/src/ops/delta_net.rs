@@ -1,0 +1,216 @@
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+use crate::kernels::{Dispatch, Grid, Macros};
+use crate::ops::{bind, params};
+
+/// State columns per workgroup.
+const COLS: u32 = 16;
+/// Threads sharing one column (each holds ceil(d_k / SPLIT) rows of it).
+const SPLIT: u32 = 8;
+/// Tokens per chunk of the chunked form.
+pub const CHUNK: u32 = 32;
+/// Largest key head dim (the recurrent form keeps d_k / SPLIT state rows per thread).
+pub const MAX_HEAD_DIM: u32 = 256;
+
+/// Head layout of a Gated DeltaNet layer (GGUF: `ssm.group_count` = n_k, `ssm.time_step_rank`
+/// = n_v, `ssm.state_size` = d_k, `ssm.inner_size` / n_v = d_v).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeltaNetShape {
+    pub n_k: u32,
+    pub n_v: u32,
+    pub d_k: u32,
+    pub d_v: u32,
+    /// The L2-norm eps for q and k (the model's RMS eps; 1e-6 for Qwen3.5).
+    pub eps: f32,
+}
+
+impl DeltaNetShape {
+    /// Channels of the conv output the kernels read: q, k (n_k · d_k each), v (n_v · d_v).
+    pub fn qkv_len(&self) -> u64 {
+        2 * self.n_k as u64 * self.d_k as u64 + self.n_v as u64 * self.d_v as u64
+    }
+
+    /// f32 values of one sequence's state: n_v heads of [d_k, d_v].
+    pub fn state_len(&self) -> u64 {
+        self.n_v as u64 * self.d_k as u64 * self.d_v as u64
+    }
+
+    /// Scratch words per (chunk, head) of the chunked form.
+    fn chunk_words(&self) -> u64 {
+        let c = CHUNK as u64;
+        c * (self.d_k as u64 + self.d_v as u64) + c * c + 2 * c + 1
+    }
+
+    /// Bytes of scratch the chunked form needs for steps of up to `max_tokens` tokens.
+    pub fn chunk_scratch_bytes(&self, max_tokens: u32) -> u64 {
+        max_tokens.div_ceil(CHUNK) as u64 * self.n_v as u64 * self.chunk_words() * 4
+    }
+
+    fn check(&self, op: &'static str, state: &wgpu::Buffer) -> Result<()> {
+        let ok = self.n_k > 0
+            && self.n_v % self.n_k == 0
+            && (1..=MAX_HEAD_DIM).contains(&self.d_k)
+            && self.d_v > 0
+            && self.qkv_len() <= u32::MAX as u64 / 4
+            && state.size() >= self.state_len() * 4;
+        if ok {
+            return Ok(());
+        }
+        Err(EngineError::Shape {
+            op,
+            detail: format!(
+                "{self:?} (n_v a multiple of n_k, d_k ≤ {MAX_HEAD_DIM}), state of {} bytes (needs {})",
+                state.size(),
+                self.state_len() * 4
+            ),
+        })
+    }
+
+    fn macros(&self) -> Macros {
+        Macros::new()
+            .u32("COLS", COLS)
+            .u32("SPLIT", SPLIT)
+            .u32("MAX_R", self.d_k.div_ceil(SPLIT))
+            .u32("CHUNK", CHUNK)
+    }
+
+    fn params(&self, ctx: &GpuContext) -> wgpu::Buffer {
+        let q_scale = 1.0 / (self.d_k as f32).sqrt();
+        params(
+            ctx,
+            "delta_net",
+            &[
+                self.n_k,
+                self.n_v,
+                self.d_k,
+                self.d_v,
+                self.eps.to_bits(),
+                q_scale.to_bits(),
+                self.chunk_words() as u32,
+            ],
+        )
+    }
+
+    /// One workgroup per (value head, block of COLS state columns).
+    fn column_grid(&self) -> Grid {
+        Grid::Fixed([self.n_v, self.d_v.div_ceil(COLS), 1])
+    }
+}
+
+/// A DeltaNet layer's per-token inputs and parameters, all f32.
+pub struct DeltaNetInputs<'a> {
+    /// The conv output [T, qkv_len]: q heads, k heads, then v heads (GGUF value-head order).
+    pub qkv: &'a wgpu::Buffer,
+    /// `ssm_alpha` · x [T, n_v].
+    pub alpha: &'a wgpu::Buffer,
+    /// `ssm_beta` · x [T, n_v], before the sigmoid.
+    pub beta: &'a wgpu::Buffer,
+    /// `ssm_a` [n_v] (= −exp(A_log)).
+    pub a: &'a wgpu::Buffer,
+    /// `ssm_dt.bias` [n_v].
+    pub dt_bias: &'a wgpu::Buffer,
+}
+
+impl DeltaNetInputs<'_> {
+    fn bindings(&self) -> Vec<(u32, wgpu::BindingResource<'_>)> {
+        vec![
+            (0, bind(self.qkv)),
+            (1, bind(self.alpha)),
+            (2, bind(self.beta)),
+            (3, bind(self.a)),
+            (4, bind(self.dt_bias)),
+        ]
+    }
+}
+
+/// The gated delta rule token by token over the step's tokens (`shaders/delta_net.wgsl`):
+/// out [T, n_v, d_v], with `state` [n_v, d_k, d_v] (zero for a new sequence) carried in and
+/// updated in place. Any step length; the form for decode.
+pub fn delta_net(
+    ctx: &GpuContext,
+    shape: &DeltaNetShape,
+    inputs: &DeltaNetInputs<'_>,
+    state: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    shape.check("delta_net", state)?;
+    let pipeline = ctx.pipeline("delta_net.wgsl", "delta_net", &shape.macros())?;
+    let p = shape.params(ctx);
+    let mut bindings = inputs.bindings();
+    bindings.extend([
+        (5, bind(state)),
+        (6, bind(out)),
+        (8, bind(&p)),
+        (9, bind(step)),
+    ]);
+    Ok(Dispatch::with_bindings(
+        ctx,
+        "delta_net",
+        pipeline,
+        &bindings,
+        shape.column_grid(),
+    ))
+}
+
+/// The same rule in chunks of [`CHUNK`] tokens, for prefill: a pass over all chunks in
+/// parallel, then a scan over chunks per head. Same result as [`delta_net`] up to rounding.
+/// `scratch` holds [`DeltaNetShape::chunk_scratch_bytes`] for `max_tokens`, the longest step.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_net_chunked(
+    ctx: &GpuContext,
+    shape: &DeltaNetShape,
+    inputs: &DeltaNetInputs<'_>,
+    state: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    scratch: &wgpu::Buffer,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<[Dispatch; 2]> {
+    shape.check("delta_net_chunked", state)?;
+    let need = shape.chunk_scratch_bytes(max_tokens);
+    // The scan keeps a [d_k, COLS] block of S and the chunk's Δ in workgroup memory.
+    let shared = (shape.d_k.div_ceil(SPLIT) * SPLIT + CHUNK) * COLS * 4;
+    if scratch.size() < need || shared > ctx.limits.max_compute_workgroup_storage_size {
+        return Err(EngineError::Shape {
+            op: "delta_net_chunked",
+            detail: format!(
+                "scratch of {} bytes for {max_tokens} tokens (needs {need}); d_k {} needs {shared} bytes of workgroup memory (the adapter allows {})",
+                scratch.size(),
+                shape.d_k,
+                ctx.limits.max_compute_workgroup_storage_size
+            ),
+        });
+    }
+    let macros = shape.macros();
+    let p = shape.params(ctx);
+    let mut prep = inputs.bindings();
+    prep.extend([(7, bind(scratch)), (8, bind(&p)), (9, bind(step))]);
+    let scan = [
+        (0, bind(inputs.qkv)),
+        (5, bind(state)),
+        (6, bind(out)),
+        (7, bind(scratch)),
+        (8, bind(&p)),
+        (9, bind(step)),
+    ];
+    Ok([
+        Dispatch::with_bindings(
+            ctx,
+            "delta_chunk_prep",
+            ctx.pipeline("delta_net.wgsl", "delta_chunk_prep", &macros)?,
+            &prep,
+            Grid::PerTokens {
+                x: shape.n_v,
+                per_y: CHUNK,
+            },
+        ),
+        Dispatch::with_bindings(
+            ctx,
+            "delta_chunk_scan",
+            ctx.pipeline("delta_net.wgsl", "delta_chunk_scan", &macros)?,
+            &scan,
+            shape.column_grid(),
+        ),
+    ])
+}

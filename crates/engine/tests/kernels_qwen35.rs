@@ -1,0 +1,603 @@
+//! The kernels of Qwen3.5's hybrid layers against f64 CPU references on fresh random inputs:
+//! the DeltaNet causal conv, the gated delta rule (recurrent and chunked), the gated RMSNorm,
+//! and the gated full-attention extras (query/gate split, per-head QK norm, partial NeoX RoPE,
+//! sigmoid output gate). Formulas and layouts follow tests/fixtures/qwen/README.md. Shapes are
+//! not multiples of the workgroup sizes, value heads come two per key head, and state is carried
+//! across calls. Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
+
+use std::sync::Arc;
+
+use lilypad_engine::kernels::{Dispatch, submit};
+use lilypad_engine::ops::attn_gate::GatedHeads;
+use lilypad_engine::ops::delta_net::{self, DeltaNetInputs, DeltaNetShape};
+use lilypad_engine::ops::{self, Step, rope::RopeMode};
+use lilypad_engine::{EngineError, GpuContext};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+#[path = "../../../tests/src/gpu.rs"]
+mod shared_gpu;
+
+/// The shared context plus buffer and launch helpers.
+struct Gpu(Arc<GpuContext>);
+
+impl Gpu {
+    fn get() -> Option<Self> {
+        shared_gpu::gpu().map(Gpu)
+    }
+
+    fn upload(&self, data: &[f32]) -> wgpu::Buffer {
+        self.0
+            .storage_buffer_init("input", bytemuck::cast_slice(data))
+            .unwrap()
+    }
+
+    fn zeros(&self, n: usize) -> wgpu::Buffer {
+        self.0
+            .storage_buffer("output", n as u64 * 4, wgpu::BufferUsages::empty())
+            .unwrap()
+    }
+
+    fn step(&self, n_tokens: usize, pos0: usize) -> wgpu::Buffer {
+        let b = ops::step_buffer(&self.0);
+        ops::write_step(&self.0, &b, Step::new(n_tokens as u32, pos0 as u32));
+        b
+    }
+
+    fn run(&self, ds: &[Dispatch], tokens: usize) {
+        submit(&self.0, &ds.iter().collect::<Vec<_>>(), tokens as u32);
+    }
+
+    fn read(&self, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+        pollster::block_on(self.0.read_f32(b, 0, n as u64)).unwrap()
+    }
+}
+
+macro_rules! gpu_or_skip {
+    () => {
+        match Gpu::get() {
+            Some(g) => g,
+            None => return,
+        }
+    };
+}
+
+/// Fresh inputs each run; the seed is printed so a failure can be replayed.
+fn seeded() -> StdRng {
+    let seed = std::env::var("LILYPAD_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("LILYPAD_TEST_SEED={seed}");
+    StdRng::seed_from_u64(seed)
+}
+
+/// Uniform in [lo, hi).
+fn uniform(r: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| r.random_range(lo..hi)).collect()
+}
+
+fn wide(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+/// Asserts max |got − want| / (|want| + floor) ≤ tol and returns that maximum (printed, so a
+/// run shows the margins).
+fn check(got: &[f32], want: &[f64], tol: f64, floor: f64, what: &str) -> f64 {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = (0.0f64, 0usize);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs() / (w.abs() + floor);
+        assert!(g.is_finite(), "{what}: index {i} is {g}");
+        if err > worst.0 {
+            worst = (err, i);
+        }
+    }
+    let (err, i) = worst;
+    eprintln!("{what}: max rel err {err:.2e} (floor {floor:.0e})");
+    assert!(
+        err <= tol,
+        "{what}: index {i}: got {}, want {} (rel err {err:.2e} > {tol:.0e})",
+        got[i],
+        want[i]
+    );
+    err
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// x / sqrt(mean(x²) + eps) · w for one row.
+fn rms_reference(x: &[f32], w: &[f32], eps: f32) -> Vec<f64> {
+    let ms = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
+    let sc = 1.0 / (ms + eps as f64).sqrt();
+    x.iter()
+        .zip(w)
+        .map(|(&v, &w)| v as f64 * sc * w as f64)
+        .collect()
+}
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+fn shape_error<T>(r: Result<T, EngineError>, what: &str) {
+    match r {
+        Err(EngineError::Shape { .. }) => {}
+        Err(e) => panic!("{what}: wrong error {e}"),
+        Ok(_) => panic!("{what}: accepted"),
+    }
+}
+
+// ---- conv1d ----
+
+/// y = silu(causal depthwise conv) over [state; x]; returns y and the new state.
+fn conv_reference(
+    x: &[f64],
+    w: &[f32],
+    state: &[f64],
+    ch: usize,
+    taps: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut seq = state.to_vec();
+    seq.extend_from_slice(x);
+    let n = x.len() / ch;
+    let mut y = vec![0.0; n * ch];
+    for t in 0..n {
+        for c in 0..ch {
+            let acc: f64 = (0..taps)
+                .map(|j| w[c * taps + j] as f64 * seq[(t + j) * ch + c])
+                .sum();
+            y[t * ch + c] = silu(acc);
+        }
+    }
+    (y, seq[n * ch..].to_vec())
+}
+
+/// Conv over a prefill then single decode tokens, from a random carried-in state; a batch and
+/// token-by-token calls agree bit for bit. Tolerance 1e-5 relative (+0.1: inputs and
+/// weights are O(1), so f32 sums of 4 terms carry ~1e-7 absolute error).
+#[test]
+fn conv1d_matches_reference() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    for &(ch, taps, prefill, decode) in &[
+        (300usize, 4usize, 9usize, 4usize),
+        (128, 4, 1, 2),
+        (37, 2, 5, 1),
+    ] {
+        let total = prefill + decode;
+        let x = uniform(&mut r, total * ch, -2.0, 2.0);
+        let w = uniform(&mut r, ch * taps, -1.0, 1.0);
+        let state0 = uniform(&mut r, (taps - 1) * ch, -2.0, 2.0);
+        let (want, want_state) = conv_reference(&wide(&x), &w, &wide(&state0), ch, taps);
+        let wb = gpu.upload(&w);
+        // One call over everything, then prefill + token-by-token decode.
+        let mut runs = Vec::new();
+        for split in [vec![total], [vec![prefill], vec![1; decode]].concat()] {
+            let state = gpu.upload(&state0);
+            let mut got = Vec::new();
+            let mut t0 = 0;
+            for n in split {
+                let xb = gpu.upload(&x[t0 * ch..(t0 + n) * ch]);
+                let y = gpu.zeros(n * ch);
+                let s = gpu.step(n, t0);
+                let d =
+                    ops::conv1d::conv1d(&gpu.0, &xb, &wb, &state, &y, ch as u32, taps as u32, &s);
+                gpu.run(&[d.unwrap()], n);
+                got.extend(gpu.read(&y, n * ch));
+                t0 += n;
+            }
+            let what = format!("conv1d ch={ch} taps={taps}");
+            check(&got, &want, 1e-5, 0.1, &what);
+            check(
+                &gpu.read(&state, (taps - 1) * ch),
+                &want_state,
+                0.0,
+                1.0,
+                &what,
+            );
+            runs.push(got);
+        }
+        assert!(
+            same_bits(&runs[0], &runs[1]),
+            "conv1d: a batch and token-by-token calls differ"
+        );
+    }
+}
+
+// ---- gated delta rule ----
+
+/// One random DeltaNet layer input over `n` tokens.
+struct DeltaCase {
+    shape: DeltaNetShape,
+    n: usize,
+    qkv: Vec<f32>,
+    alpha: Vec<f32>,
+    beta: Vec<f32>,
+    a: Vec<f32>,
+    dt_bias: Vec<f32>,
+    state0: Vec<f32>,
+}
+
+impl DeltaCase {
+    fn new(r: &mut StdRng, shape: DeltaNetShape, n: usize) -> Self {
+        let nv = shape.n_v as usize;
+        // Parameters drawn as the fixture's: A_log = log U(0.05, 2), dt_bias U(−1, 1).
+        let a = uniform(r, nv, 0.05, 2.0).iter().map(|v| -v).collect();
+        Self {
+            shape,
+            n,
+            qkv: uniform(r, n * shape.qkv_len() as usize, -1.0, 1.0),
+            alpha: uniform(r, n * nv, -3.0, 3.0),
+            beta: uniform(r, n * nv, -4.0, 4.0),
+            a,
+            dt_bias: uniform(r, nv, -1.0, 1.0),
+            state0: uniform(r, shape.state_len() as usize, -0.5, 0.5),
+        }
+    }
+
+    /// The README's recurrence in f64 over tokens [0, n): the outputs [n, n_v, d_v].
+    fn reference(&self) -> Vec<f64> {
+        let DeltaNetShape {
+            n_k,
+            n_v,
+            d_k,
+            d_v,
+            eps,
+        } = self.shape;
+        let (nk, nv, dk, dv) = (n_k as usize, n_v as usize, d_k as usize, d_v as usize);
+        let row = self.shape.qkv_len() as usize;
+        let mut st = wide(&self.state0);
+        let mut out = vec![0.0; self.n * nv * dv];
+        let l2 = |x: &[f32], scale: f64| -> Vec<f64> {
+            let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+            let inv = 1.0 / (ss + eps as f64).sqrt() * scale;
+            x.iter().map(|&v| v as f64 * inv).collect()
+        };
+        for t in 0..self.n {
+            let c = &self.qkv[t * row..][..row];
+            for s in 0..nv {
+                let j = s % nk;
+                let q = l2(&c[j * dk..][..dk], 1.0 / (dk as f64).sqrt());
+                let k = l2(&c[(nk + j) * dk..][..dk], 1.0);
+                let v = &c[2 * nk * dk + s * dv..][..dv];
+                let x = self.alpha[t * nv + s] as f64 + self.dt_bias[s] as f64;
+                let decay = (x.exp().ln_1p() * self.a[s] as f64).exp();
+                let beta = sigmoid(self.beta[t * nv + s] as f64);
+                let sm = &mut st[s * dk * dv..][..dk * dv];
+                sm.iter_mut().for_each(|e| *e *= decay);
+                for col in 0..dv {
+                    let mem: f64 = (0..dk).map(|i| sm[i * dv + col] * k[i]).sum();
+                    let delta = (v[col] as f64 - mem) * beta;
+                    for i in 0..dk {
+                        sm[i * dv + col] += k[i] * delta;
+                    }
+                    out[(t * nv + s) * dv + col] = (0..dk).map(|i| sm[i * dv + col] * q[i]).sum();
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs the steps `split` (token counts), each recurrent (false) or chunked (true), over one
+    /// state buffer; returns all outputs.
+    fn run(&self, gpu: &Gpu, split: &[(usize, bool)]) -> Vec<f32> {
+        let sh = &self.shape;
+        let (nv, row, dv) = (sh.n_v as usize, sh.qkv_len() as usize, sh.d_v as usize);
+        let (a, dt_bias) = (gpu.upload(&self.a), gpu.upload(&self.dt_bias));
+        let state = gpu.upload(&self.state0);
+        let max_tokens = split.iter().map(|s| s.0).max().unwrap_or(1) as u32;
+        let scratch = gpu.zeros(sh.chunk_scratch_bytes(max_tokens) as usize / 4);
+        let mut got = Vec::new();
+        let mut t0 = 0;
+        for &(n, chunked) in split {
+            let qkv = gpu.upload(&self.qkv[t0 * row..(t0 + n) * row]);
+            let alpha = gpu.upload(&self.alpha[t0 * nv..(t0 + n) * nv]);
+            let beta = gpu.upload(&self.beta[t0 * nv..(t0 + n) * nv]);
+            let inputs = DeltaNetInputs {
+                qkv: &qkv,
+                alpha: &alpha,
+                beta: &beta,
+                a: &a,
+                dt_bias: &dt_bias,
+            };
+            let out = gpu.zeros(n * nv * dv);
+            let s = gpu.step(n, t0);
+            let ds: Vec<Dispatch> = if chunked {
+                delta_net::delta_net_chunked(
+                    &gpu.0, sh, &inputs, &state, &out, &scratch, max_tokens, &s,
+                )
+                .unwrap()
+                .into()
+            } else {
+                vec![delta_net::delta_net(&gpu.0, sh, &inputs, &state, &out, &s).unwrap()]
+            };
+            gpu.run(&ds, n);
+            got.extend(gpu.read(&out, n * nv * dv));
+            t0 += n;
+        }
+        got
+    }
+}
+
+fn deltanet_shapes() -> [DeltaNetShape; 3] {
+    let shape = |n_k, n_v, d_k, d_v| DeltaNetShape {
+        n_k,
+        n_v,
+        d_k,
+        d_v,
+        eps: 1e-6,
+    };
+    // The tiny fixture's heads; odd dims that fill no block evenly; FrogNano's head dims.
+    [
+        shape(2, 4, 16, 16),
+        shape(3, 6, 20, 37),
+        shape(1, 2, 128, 128),
+    ]
+}
+
+/// The delta rule's outputs are sums of cancelling terms: errors are measured relative to each
+/// value plus a tenth of the outputs' RMS, with this tolerance.
+const DELTA_TOL: f64 = 1e-4;
+
+/// A 150-token case for each of [`deltanet_shapes`], with its f64 reference.
+fn delta_cases(r: &mut StdRng) -> Vec<(DeltaCase, Vec<f64>)> {
+    deltanet_shapes()
+        .into_iter()
+        .map(|shape| {
+            let case = DeltaCase::new(r, shape, 150);
+            let want = case.reference();
+            (case, want)
+        })
+        .collect()
+}
+
+fn check_delta(got: &[f32], want: &[f64], what: String) {
+    let floor = 0.1 * (want.iter().map(|w| w * w).sum::<f64>() / want.len() as f64).sqrt();
+    check(got, want, DELTA_TOL, floor, &what);
+}
+
+/// The recurrent form over a 150-token prefill from a random carried-in state, against the f64
+/// recurrence; a prefill followed by single-token decode steps gives the same bits.
+#[test]
+fn delta_net_recurrent_matches_reference() {
+    let gpu = gpu_or_skip!();
+    for (case, want) in delta_cases(&mut seeded()) {
+        let batch = case.run(&gpu, &[(150, false)]);
+        check_delta(&batch, &want, format!("delta_net {:?}", case.shape));
+        let mut split = vec![(143, false)];
+        split.extend([(1, false); 7]);
+        assert!(
+            same_bits(&batch, &case.run(&gpu, &split)),
+            "delta_net {:?}: prefill 143 + 7 decode steps differ from one prefill",
+            case.shape
+        );
+    }
+}
+
+/// The chunked form across chunk boundaries (150 = 4 × 32 + 22 tokens), a step of one token, a
+/// step of exactly one chunk, and mixed with recurrent decode steps on one state, against the
+/// f64 recurrence and the recurrent kernel.
+#[test]
+fn delta_net_chunked_matches_recurrent() {
+    let gpu = gpu_or_skip!();
+    for (case, want) in delta_cases(&mut seeded()) {
+        let what = format!("delta_net_chunked {:?}", case.shape);
+        let chunked = case.run(&gpu, &[(150, true)]);
+        check_delta(&chunked, &want, format!("{what} prefill 150"));
+        let recurrent = wide(&case.run(&gpu, &[(150, false)]));
+        check_delta(&chunked, &recurrent, format!("{what} vs recurrent"));
+        let split = [
+            (1, true),
+            (32, true),
+            (3, false),
+            (70, true),
+            (1, false),
+            (43, true),
+        ];
+        let mixed = case.run(&gpu, &split);
+        check_delta(&mixed, &want, format!("{what} 1 + 32 + 3 + 70 + 1 + 43"));
+    }
+}
+
+/// Typed errors for head layouts and buffers the kernels cannot take.
+#[test]
+fn qwen35_ops_reject_bad_shapes() {
+    let gpu = gpu_or_skip!();
+    let ctx = &gpu.0;
+    let b = gpu.zeros(64);
+    let s = gpu.step(1, 0);
+    let inputs = DeltaNetInputs {
+        qkv: &b,
+        alpha: &b,
+        beta: &b,
+        a: &b,
+        dt_bias: &b,
+    };
+    let good = DeltaNetShape {
+        n_k: 1,
+        n_v: 2,
+        d_k: 4,
+        d_v: 4,
+        eps: 1e-6,
+    };
+    for bad in [
+        DeltaNetShape {
+            n_v: 3,
+            n_k: 2,
+            ..good
+        },
+        DeltaNetShape { n_k: 0, ..good },
+        DeltaNetShape { d_k: 300, ..good },
+        DeltaNetShape { d_v: 0, ..good },
+        DeltaNetShape { d_v: 16, ..good }, // state of 2·4·16 values > the 64 given
+    ] {
+        shape_error(
+            delta_net::delta_net(ctx, &bad, &inputs, &b, &b, &s),
+            &format!("{bad:?}"),
+        );
+    }
+    // Scratch for 1 token, asked to cover 100.
+    let scratch = gpu.zeros(good.chunk_scratch_bytes(1) as usize / 4);
+    shape_error(
+        delta_net::delta_net_chunked(ctx, &good, &inputs, &b, &b, &scratch, 100, &s),
+        "small scratch",
+    );
+    for (ch, taps) in [(8u32, 1u32), (8, 9), (0, 4), (64, 4)] {
+        shape_error(
+            ops::conv1d::conv1d(ctx, &b, &b, &b, &b, ch, taps, &s),
+            &format!("conv1d {ch} channels, {taps} taps"),
+        );
+    }
+    let heads = |n_head, head_dim, max_tokens| GatedHeads {
+        n_head,
+        head_dim,
+        max_tokens,
+    };
+    shape_error(heads(0, 32, 4).split_query(ctx, &b, &b, &s), "no heads");
+    shape_error(heads(4, 0, 4).sigmoid_gate(ctx, &b, &b, &s), "empty heads");
+    shape_error(
+        heads(64, 256, 1 << 17).split_query(ctx, &b, &b, &s),
+        "u32 overflow",
+    );
+}
+
+// ---- gated RMSNorm ----
+
+/// y = rmsnorm(x per value head) · w · silu(z), w shared across heads. Tolerance 1e-5
+/// relative (+1e-5).
+#[test]
+fn gated_rms_norm_matches_reference() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    for &(dv, heads, tokens) in &[(16usize, 4usize, 3usize), (128, 3, 2), (100, 5, 1)] {
+        let len = dv * heads * tokens;
+        let x = uniform(&mut r, len, -3.0, 3.0);
+        let z = uniform(&mut r, len, -4.0, 4.0);
+        let w = uniform(&mut r, dv, 0.5, 1.5);
+        let y = gpu.zeros(len);
+        let eps = 1e-6f32;
+        let s = gpu.step(tokens, 0);
+        let (xb, zb, wb) = (gpu.upload(&x), gpu.upload(&z), gpu.upload(&w));
+        let d = ops::rms_norm::rms_norm_gated(
+            &gpu.0,
+            &xb,
+            &zb,
+            &wb,
+            &y,
+            dv as u32,
+            heads as u32,
+            eps,
+            &s,
+        );
+        gpu.run(&[d.unwrap()], tokens);
+        let want: Vec<f64> = x
+            .chunks(dv)
+            .flat_map(|row| rms_reference(row, &w, eps))
+            .zip(&z)
+            .map(|(y, &g)| y * silu(g as f64))
+            .collect();
+        check(
+            &gpu.read(&y, len),
+            &want,
+            1e-5,
+            1e-5,
+            &format!("rms_norm_gated d_v={dv} heads={heads}"),
+        );
+    }
+}
+
+// ---- gated full attention ----
+
+/// The query path of a gated attention layer, q = rope(rmsnorm_per_head(split(qg))), and the
+/// output gate x · sigmoid(gate), at the tiny fixture's settings (head dim 32, 8 rotated dims,
+/// base 1000) and FrogNano's (256, 64, 1e7), from a nonzero position. Tolerance 1e-5 relative
+/// (+1e-5) for split and gate; 2e-4 absolute after RoPE (f32 sin/cos of angles up to ~100 rad).
+#[test]
+fn gated_attention_extras_match_reference() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    for &(n_head, hd, n_rot, base, pos0, tokens) in &[
+        (4usize, 32usize, 8u32, 1000.0f64, 61usize, 3usize),
+        (3, 256, 64, 1e7, 17, 2),
+    ] {
+        let what = format!("gated attention heads={n_head} head_dim={hd} n_rot={n_rot}");
+        let max_tokens = tokens + 1;
+        let qg = uniform(&mut r, max_tokens * n_head * 2 * hd, -2.0, 2.0);
+        let w = uniform(&mut r, hd, 0.75, 1.25);
+        let eps = 1e-6f32;
+        let qgb = gpu.upload(&qg);
+        let s = gpu.step(tokens, pos0);
+        let len = tokens * n_head * hd;
+        let (q, qn) = (gpu.zeros(len), gpu.zeros(len));
+        let freqs = gpu.upload(&ops::rope::frequencies(base, n_rot));
+        let ctx = &gpu.0;
+        let (nh, d) = (n_head as u32, hd as u32);
+        let heads = GatedHeads {
+            n_head: nh,
+            head_dim: d,
+            max_tokens: max_tokens as u32,
+        };
+        let ds = [
+            heads.split_query(ctx, &qgb, &q, &s).unwrap(),
+            ops::rms_norm::rms_norm(ctx, &q, &gpu.upload(&w), &qn, d, nh, eps, &s).unwrap(),
+            ops::rope::rope(ctx, &qn, &freqs, nh, d, n_rot, RopeMode::Neox, false, &s).unwrap(),
+        ];
+        gpu.run(&ds, tokens);
+        let query = |t: usize, h: usize| &qg[(t * n_head + h) * 2 * hd..][..hd];
+        let gate = |t: usize, h: usize| &qg[(t * n_head + h) * 2 * hd + hd..][..hd];
+        let split_want: Vec<f64> = (0..tokens * n_head)
+            .flat_map(|th| wide(query(th / n_head, th % n_head)))
+            .collect();
+        check(
+            &gpu.read(&q, len),
+            &split_want,
+            0.0,
+            1.0,
+            &format!("{what}: split_query"),
+        );
+        let mut want = Vec::new();
+        for t in 0..tokens {
+            for h in 0..n_head {
+                let mut y = rms_reference(query(t, h), &w, eps);
+                let half = n_rot as usize / 2;
+                for i in 0..half {
+                    let theta = (pos0 + t) as f64 * base.powf(-2.0 * i as f64 / n_rot as f64);
+                    let (a, b) = (y[i], y[i + half]);
+                    y[i] = a * theta.cos() - b * theta.sin();
+                    y[i + half] = a * theta.sin() + b * theta.cos();
+                }
+                want.extend(y);
+            }
+        }
+        check(
+            &gpu.read(&qn, len),
+            &want,
+            2e-4,
+            1.0,
+            &format!("{what}: q norm + rope"),
+        );
+
+        let attn = uniform(&mut r, len, -2.0, 2.0);
+        let ab = gpu.upload(&attn);
+        gpu.run(&[heads.sigmoid_gate(ctx, &ab, &qgb, &s).unwrap()], tokens);
+        let want: Vec<f64> = (0..len)
+            .map(|i| {
+                let th = i / hd;
+                attn[i] as f64 * sigmoid(gate(th / n_head, th % n_head)[i % hd] as f64)
+            })
+            .collect();
+        check(
+            &gpu.read(&ab, len),
+            &want,
+            1e-5,
+            1e-5,
+            &format!("{what}: sigmoid_gate"),
+        );
+    }
+}
