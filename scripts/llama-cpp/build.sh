@@ -8,7 +8,17 @@
 #   $OUT/build/bin/llama-bench, llama-simple, llama-completion, llama-tokenize
 #   $OUT/venv/bin/python               Python with numpy/jinja2 for record_fixture.py
 #   $OUT/src/llama_cpp_python-0.3.36   extracted sdist (llama_cpp package + vendor/llama.cpp)
+#
+# --vectors-only: download and extract the sdist, then stop and print llama.cpp's models/
+# folder, whose ggml-vocab-*.gguf files with .inp/.out are the tokenizer test vectors.
 set -euo pipefail
+
+VECTORS_ONLY=0
+case "${1:-}" in
+  "") ;;
+  --vectors-only) VECTORS_ONLY=1 ;;
+  *) echo "usage: $0 [--vectors-only]" >&2; exit 2 ;;
+esac
 
 VERSION="0.3.36"
 CACHE="${LILYPAD_CACHE:-$HOME/.cache/lilypad}"
@@ -38,6 +48,10 @@ if [[ ! -f "$SRC/.extracted" ]]; then
   mkdir -p "$OUT/src"
   tar xzf "$SDIST" -C "$OUT/src"
   touch "$SRC/.extracted"
+fi
+if [[ "$VECTORS_ONLY" == 1 ]]; then
+  echo "$SRC/vendor/llama.cpp/models"
+  exit 0
 fi
 
 # 2. Python environment for the ctypes bindings (they import numpy etc. at package import).

@@ -93,3 +93,18 @@ pub fn llama_cpp_fixture() -> Fixture {
     let p = repo_root().join("tests/fixtures/smollm2-135m-q4_1.llamacpp.json");
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
+
+/// A fresh SmolLM2 with its own state (for tests that own the model, such as chat sessions).
+pub fn smollm2_owned(context: u32) -> Option<(Model, TextTokenizer)> {
+    let path = smollm2_path()?;
+    let ctx = gpu()?;
+    let src = MmapSource::open(&path).unwrap();
+    let file = GgufFile::read(&src).unwrap();
+    let tok = TextTokenizer::from_gguf(&file.metadata).unwrap();
+    let opts = ModelOptions {
+        context: Some(context),
+        ..Default::default()
+    };
+    let model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |_| {})).unwrap();
+    Some((model, tok))
+}

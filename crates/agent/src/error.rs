@@ -20,6 +20,10 @@ pub enum RepoError {
     AlreadyExists(String),
     #[error("symbolic link `{path}` points outside the repository")]
     SymlinkEscape { path: String },
+    /// Refused rather than followed: writing through a link to nothing would create its target,
+    /// wherever that is.
+    #[error("symbolic link `{path}` points to nothing")]
+    BrokenSymlink { path: String },
     #[error("archive: {0}")]
     Archive(String),
     #[error("patch: {0}")]

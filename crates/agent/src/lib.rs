@@ -1,14 +1,39 @@
 //! lilypad's coding agent. It talks to two traits — a language model and a repository — and
 //! knows nothing about GPUs or browsers, so the same loop runs natively, in wasm and in tests.
 
+mod agent;
+pub mod archive;
+#[cfg(not(target_arch = "wasm32"))]
+mod disk_repo;
 mod error;
+mod message;
+mod model;
+mod reply;
+mod scripted;
+mod trajectory;
+pub mod patch;
 mod path;
 mod repo;
 pub mod shell;
+pub mod tools;
 mod virtual_repo;
 
+pub use archive::ImportLimits;
+#[cfg(not(target_arch = "wasm32"))]
+pub use disk_repo::DiskRepo;
 pub use error::RepoError;
+pub use patch::Change;
 pub use path::RepoPath;
 pub use shell::{Shell, ShellOutput};
+pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
+#[cfg(unix)]
+pub use shell::NativeShell;
+pub use tools::{Observation, Toolbox, tool_names, tool_schemas};
 pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot};
 pub use virtual_repo::VirtualRepo;
+pub use agent::{AgentConfig, AgentEvent, run_agent};
+pub use message::{Message, Role, ToolCall};
+pub use model::{Completion, FinishReason, LanguageModel, ModelError, Request, Sampling, TokenSink};
+pub use reply::{Reply, parse_reply};
+pub use scripted::ScriptedModel;
+pub use trajectory::{CallRecord, Exit, StepRecord, Trajectory};

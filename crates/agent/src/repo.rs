@@ -59,5 +59,6 @@ pub trait Repository {
     }
 }
 
-/// Folder names a walk never enters: version-control internals are not the agent's to edit.
-pub const SKIPPED_DIRS: &[&str] = &[".git", ".hg", ".svn"];
+/// Folder names a walk never enters: version-control internals are not the agent's to edit,
+/// and the caches test runs leave behind are not part of a patch.
+pub const SKIPPED_DIRS: &[&str] = &[".git", ".hg", ".svn", "__pycache__", ".pytest_cache"];

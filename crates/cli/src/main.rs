@@ -2,6 +2,8 @@
 
 mod bench;
 mod download;
+mod solve;
+mod tokenize;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -95,6 +97,10 @@ enum Command {
     },
     /// List GPU adapters (pick one with LILYPAD_ADAPTER=name-or-index).
     Adapters,
+    /// Text to token ids (or ids to text with --decode) with the model's tokenizer; no GPU.
+    Tokenize(tokenize::TokenizeArgs),
+    /// Let the coding agent work on a task in a repository folder; writes a patch and a trajectory.
+    Solve(solve::SolveArgs),
 }
 
 #[derive(Args)]
@@ -226,6 +232,8 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Command::Tokenize(args) => tokenize::run(&args),
+        Command::Solve(args) => solve::run(&args),
     }
 }
 

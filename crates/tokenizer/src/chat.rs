@@ -54,9 +54,10 @@ impl ChatTemplate {
 
     /// The prompt for `messages`, ending with the assistant's turn opener when
     /// `add_generation_prompt`. `extra` adds template variables (tools, enable_thinking, …).
-    pub fn render(
+    /// Messages are any serialisable form of OpenAI-style messages (tool calls included).
+    pub fn render<M: Serialize>(
         &self,
-        messages: &[ChatMessage],
+        messages: &[M],
         add_generation_prompt: bool,
         extra: Value,
     ) -> Result<String> {

@@ -17,9 +17,9 @@ pub type Result<T> = std::result::Result<T, TokenizerError>;
 pub enum TokenizerError {
     #[error("the GGUF has no tokenizer: {0}")]
     Missing(String),
-    #[error("unsupported tokenizer model {0:?} (supported: gpt2-style BPE)")]
+    #[error("unsupported tokenizer model {0:?} (supported: gpt2, gemma4, llama)")]
     UnsupportedModel(String),
-    #[error("unsupported pre-tokenizer {0:?} (supported: {list})", list = gguf_vocab::SUPPORTED_PRE.join(", "))]
+    #[error("unsupported pre-tokenizer {0:?} (supported: {list})", list = gguf_vocab::supported_pre())]
     UnsupportedPre(String),
     #[error("invalid tokenizer data: {0}")]
     Invalid(String),

@@ -2,6 +2,16 @@
 //! browser a small shell runs over the in-memory repository. Both answer the same way: combined
 //! output and an exit status, so the model cannot tell (and need not care) which one ran.
 
+// Real processes and process groups: Unix only, so never in the wasm build.
+#[cfg(unix)]
+mod native;
+#[cfg(unix)]
+pub use native::{DEFAULT_OUTPUT_LIMIT, NativeShell};
+
+// The shell over a `Repository` (the browser's Bash).
+pub mod virtual_shell;
+pub use virtual_shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
+
 use std::time::Duration;
 
 use crate::{RepoPath, Repository};
@@ -24,4 +34,9 @@ pub trait Shell {
     fn cwd(&self) -> RepoPath {
         RepoPath::root()
     }
+
+    /// Makes the next command start at the repository root again. The agent's `Bash` tool does
+    /// this before every call, so `cd` never carries over in either shell (as its description
+    /// tells the model); an interactive terminal keeps its folder.
+    fn reset_cwd(&mut self) {}
 }

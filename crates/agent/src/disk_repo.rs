@@ -1,0 +1,344 @@
+//! A repository over a real folder (native only). Paths arrive as [`RepoPath`]s, already
+//! confined lexically; what is left to check here is symbolic links: every existing component
+//! of a path is resolved, and a link leading outside the root (or to nothing) is refused, so no
+//! operation reads or writes outside the folder. (A link swapped in between the check and the
+//! operation is not guarded against; the agent is not racing itself.)
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS};
+use crate::virtual_repo::check_rename;
+use crate::{RepoError, RepoPath};
+
+#[derive(Clone, Debug)]
+pub struct DiskRepo {
+    /// Canonical: absolute, without links, so a resolved path lies inside exactly when it
+    /// starts with this.
+    root: PathBuf,
+    root_str: String,
+}
+
+/// What a walk does on meeting a link that leads outside the root.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnEscape {
+    /// Leave it out, as if it were not there (listing and walking for the agent).
+    Skip,
+    /// Fail with [`RepoError::SymlinkEscape`] (importing, where dropping a file silently would
+    /// lose part of the project).
+    Fail,
+}
+
+impl DiskRepo {
+    /// Opens `folder` as a repository; its canonical path becomes [`Repository::root`].
+    pub fn open(folder: impl AsRef<Path>) -> Result<Self, RepoError> {
+        let folder = folder.as_ref();
+        let shown = folder.display().to_string();
+        let root = fs::canonicalize(folder).map_err(|e| map_io(shown.clone(), e))?;
+        let meta = fs::metadata(&root).map_err(|e| map_io(shown.clone(), e))?;
+        if !meta.is_dir() {
+            return Err(RepoError::NotADirectory(shown));
+        }
+        let root_str = root
+            .to_str()
+            .ok_or(RepoError::InvalidPath {
+                path: shown,
+                reason: "the folder's path is not UTF-8",
+            })?
+            .to_string();
+        Ok(Self { root, root_str })
+    }
+
+    /// The canonical folder.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    fn shown(&self, path: &RepoPath) -> String {
+        path.display_under(&self.root_str)
+    }
+
+    fn io_error(&self, path: &RepoPath, e: io::Error) -> RepoError {
+        map_io(self.shown(path), e)
+    }
+
+    /// The real path of `path`, once no existing component is a link leading outside the root
+    /// or to nothing. Components past the first missing one are not checked: they do not exist,
+    /// so nothing can be a link there.
+    fn real(&self, path: &RepoPath) -> Result<PathBuf, RepoError> {
+        let mut prefix = self.root.clone();
+        let mut seen = RepoPath::root();
+        for component in path.components() {
+            prefix.push(component);
+            seen = seen.join(component)?;
+            match fs::symlink_metadata(&prefix) {
+                Ok(meta) if meta.file_type().is_symlink() => self.check_link(&prefix, &seen)?,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                // A file where a folder is expected: the path does not exist.
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => break,
+                Err(e) => return Err(self.io_error(&seen, e)),
+            }
+        }
+        Ok(path
+            .components()
+            .fold(self.root.clone(), |full, c| full.join(c)))
+    }
+
+    /// Resolves the link at `full` (shown as `seen`); refuses it unless it lands inside the root.
+    fn check_link(&self, full: &Path, seen: &RepoPath) -> Result<(), RepoError> {
+        match fs::canonicalize(full) {
+            Ok(target) if target.starts_with(&self.root) => Ok(()),
+            Ok(_) => Err(RepoError::SymlinkEscape {
+                path: self.shown(seen),
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(RepoError::BrokenSymlink {
+                path: self.shown(seen),
+            }),
+            Err(e) => Err(self.io_error(seen, e)),
+        }
+    }
+
+    /// Metadata of what `path` names (following an inside link), or `None` when nothing is there.
+    fn meta(&self, path: &RepoPath) -> Result<Option<fs::Metadata>, RepoError> {
+        let full = self.real(path)?;
+        match fs::metadata(&full) {
+            Ok(meta) => Ok(Some(meta)),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(self.io_error(path, e)),
+        }
+    }
+
+    /// Size in bytes of the file at `path`, without reading it.
+    pub(crate) fn file_len(&self, path: &RepoPath) -> Result<u64, RepoError> {
+        match self.meta(path)? {
+            Some(meta) if meta.is_dir() => Err(RepoError::IsADirectory(self.shown(path))),
+            Some(meta) => Ok(meta.len()),
+            None => Err(RepoError::NotFound(self.shown(path))),
+        }
+    }
+
+    /// Creates the missing parent folders of `path`, refusing when one of them is a file.
+    fn make_parents(&self, path: &RepoPath) -> Result<(), RepoError> {
+        let Some(parent) = path.parent() else {
+            return Ok(());
+        };
+        let mut seen = RepoPath::root();
+        for component in parent.components() {
+            seen = seen.join(component)?;
+            if self.meta(&seen)?.is_some_and(|meta| !meta.is_dir()) {
+                return Err(RepoError::NotADirectory(self.shown(&seen)));
+            }
+        }
+        fs::create_dir_all(self.real(&parent)?).map_err(|e| self.io_error(&parent, e))
+    }
+
+    /// The entries of the folder `dir` (real path `full`) that the agent may see: UTF-8 names
+    /// that are single path components, and links only when they stay inside the root.
+    fn entries(
+        &self,
+        dir: &RepoPath,
+        full: &Path,
+        on_escape: OnEscape,
+    ) -> Result<Vec<(RepoPath, fs::Metadata, bool)>, RepoError> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(full).map_err(|e| self.io_error(dir, e))? {
+            let entry = entry.map_err(|e| self.io_error(dir, e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            // A name with `\` would be read back as two components: it cannot be addressed.
+            let Ok(path) = dir.join(name) else { continue };
+            if path.file_name() != name {
+                continue;
+            }
+            let file_type = entry.file_type().map_err(|e| self.io_error(&path, e))?;
+            let is_link = file_type.is_symlink();
+            if is_link {
+                match self.check_link(&entry.path(), &path) {
+                    Ok(()) => {}
+                    Err(e @ RepoError::SymlinkEscape { .. }) if on_escape == OnEscape::Fail => {
+                        return Err(e);
+                    }
+                    Err(RepoError::SymlinkEscape { .. } | RepoError::BrokenSymlink { .. }) => {
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let meta = fs::metadata(entry.path()).map_err(|e| self.io_error(&path, e))?;
+            out.push((path, meta, is_link));
+        }
+        Ok(out)
+    }
+
+    /// [`Repository::walk_files`], choosing what a link out of the root does.
+    pub(crate) fn walk(
+        &self,
+        path: &RepoPath,
+        on_escape: OnEscape,
+    ) -> Result<Vec<RepoPath>, RepoError> {
+        match self.meta(path)? {
+            None => return Err(RepoError::NotFound(self.shown(path))),
+            Some(meta) if !meta.is_dir() => return Ok(vec![path.clone()]),
+            Some(_) => {}
+        }
+        let mut out = Vec::new();
+        let mut pending = vec![path.clone()];
+        while let Some(dir) = pending.pop() {
+            let full = self.real(&dir)?;
+            for (child, meta, is_link) in self.entries(&dir, &full, on_escape)? {
+                // A `.git` file (worktrees, submodules) is as off-limits as the folder.
+                if SKIPPED_DIRS.contains(&child.file_name()) {
+                    continue;
+                }
+                if meta.is_file() {
+                    out.push(child);
+                } else if meta.is_dir() && !is_link {
+                    pending.push(child);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+fn map_io(shown: String, e: io::Error) -> RepoError {
+    match e.kind() {
+        io::ErrorKind::NotFound => RepoError::NotFound(shown),
+        io::ErrorKind::AlreadyExists => RepoError::AlreadyExists(shown),
+        io::ErrorKind::IsADirectory => RepoError::IsADirectory(shown),
+        io::ErrorKind::NotADirectory => RepoError::NotADirectory(shown),
+        _ => RepoError::Io {
+            path: shown,
+            source: e,
+        },
+    }
+}
+
+impl Repository for DiskRepo {
+    fn root(&self) -> &str {
+        &self.root_str
+    }
+
+    fn kind(&self, path: &RepoPath) -> Option<EntryKind> {
+        match self.meta(path) {
+            Ok(Some(meta)) if meta.is_dir() => Some(EntryKind::Dir),
+            Ok(Some(meta)) if meta.is_file() => Some(EntryKind::File),
+            _ => None,
+        }
+    }
+
+    fn read(&self, path: &RepoPath) -> Result<Vec<u8>, RepoError> {
+        let full = self.real(path)?;
+        if self.meta(path)?.is_some_and(|m| m.is_dir()) {
+            return Err(RepoError::IsADirectory(self.shown(path)));
+        }
+        fs::read(full).map_err(|e| self.io_error(path, e))
+    }
+
+    fn write(&mut self, path: &RepoPath, data: &[u8]) -> Result<(), RepoError> {
+        let full = self.real(path)?;
+        if path.is_root() || self.meta(path)?.is_some_and(|m| m.is_dir()) {
+            return Err(RepoError::IsADirectory(self.shown(path)));
+        }
+        self.make_parents(path)?;
+        fs::write(full, data).map_err(|e| self.io_error(path, e))
+    }
+
+    fn remove(&mut self, path: &RepoPath) -> Result<(), RepoError> {
+        if path.is_root() {
+            return Err(RepoError::InvalidPath {
+                path: self.shown(path),
+                reason: "the repository root itself cannot be removed",
+            });
+        }
+        let full = self.real(path)?;
+        let meta = fs::symlink_metadata(&full).map_err(|e| self.io_error(path, e))?;
+        // A link is removed itself, never what it points to.
+        let removed = if meta.is_dir() {
+            fs::remove_dir_all(&full)
+        } else {
+            fs::remove_file(&full)
+        };
+        removed.map_err(|e| self.io_error(path, e))
+    }
+
+    fn create_dir_all(&mut self, path: &RepoPath) -> Result<(), RepoError> {
+        let full = self.real(path)?;
+        match self.meta(path)? {
+            Some(meta) if meta.is_dir() => return Ok(()),
+            Some(_) => return Err(RepoError::AlreadyExists(self.shown(path))),
+            None => {}
+        }
+        self.make_parents(path)?;
+        fs::create_dir_all(full).map_err(|e| self.io_error(path, e))
+    }
+
+    fn rename(&mut self, from: &RepoPath, to: &RepoPath) -> Result<(), RepoError> {
+        let from_full = self.real(from)?;
+        let to_full = self.real(to)?;
+        if check_rename(self, from, to)?.is_none() {
+            return Ok(());
+        }
+        self.make_parents(to)?;
+        fs::rename(from_full, to_full).map_err(|e| self.io_error(from, e))
+    }
+
+    fn list_dir(&self, path: &RepoPath) -> Result<Vec<DirEntry>, RepoError> {
+        match self.meta(path)? {
+            None => return Err(RepoError::NotFound(self.shown(path))),
+            Some(meta) if !meta.is_dir() => return Err(RepoError::NotADirectory(self.shown(path))),
+            Some(_) => {}
+        }
+        let full = self.real(path)?;
+        let mut out: Vec<DirEntry> = self
+            .entries(path, &full, OnEscape::Skip)?
+            .into_iter()
+            .filter(|(_, meta, _)| meta.is_dir() || meta.is_file())
+            .map(|(child, meta, _)| DirEntry {
+                name: child.file_name().to_string(),
+                kind: if meta.is_dir() {
+                    EntryKind::Dir
+                } else {
+                    EntryKind::File
+                },
+                len: if meta.is_dir() { 0 } else { meta.len() },
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn walk_files(&self, path: &RepoPath) -> Result<Vec<RepoPath>, RepoError> {
+        self.walk(path, OnEscape::Skip)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_keep_their_meaning() {
+        let e = map_io("/r/x".into(), io::Error::from(io::ErrorKind::NotFound));
+        assert!(matches!(e, RepoError::NotFound(p) if p == "/r/x"));
+        let e = map_io(
+            "/r/x".into(),
+            io::Error::from(io::ErrorKind::PermissionDenied),
+        );
+        assert!(
+            matches!(e, RepoError::Io { ref path, .. } if path == "/r/x"),
+            "{e}"
+        );
+        assert!(e.to_string().starts_with("/r/x: "));
+    }
+}

@@ -1,0 +1,275 @@
+//! A real shell for native runs: `bash -c` (or `sh -c` where bash is missing) in the
+//! repository's folder on disk.
+//!
+//! Each command runs in a process group of its own, so the whole tree it starts — pipelines,
+//! background jobs, their children — can be stopped together: on timeout, and also as soon as
+//! the shell itself exits, so no stray process outlives its command or keeps its output pipe
+//! open. (A process that leaves the group on purpose, e.g. with `setsid`, is out of reach.)
+
+use std::collections::VecDeque;
+use std::io::{self, PipeReader, PipeWriter, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{Shell, ShellOutput};
+use crate::Repository;
+use crate::tools::cut::cut_note;
+
+/// Output kept per command: its first and last half of this many bytes. The `Bash` tool shows
+/// far less; the limit only keeps a command printing gigabytes from exhausting memory.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 1 << 20;
+
+/// How long to keep reading output once every process in the group is gone. Only a process that
+/// left the group can hold the pipe open longer; its later output is dropped.
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+#[derive(Clone, Debug)]
+pub struct NativeShell {
+    dir: PathBuf,
+    output_limit: usize,
+}
+
+impl NativeShell {
+    /// A shell whose commands start in `dir` (the repository's folder on disk).
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            output_limit: DEFAULT_OUTPUT_LIMIT,
+        }
+    }
+
+    /// Keeps at most `bytes` of each command's output (its start and its end).
+    pub fn with_output_limit(mut self, bytes: usize) -> Self {
+        self.output_limit = bytes.max(2);
+        self
+    }
+
+    fn spawn(&self, command: &str, out: &PipeWriter) -> io::Result<Child> {
+        let mut last_error = None;
+        for program in ["bash", "sh"] {
+            let spawned = Command::new(program)
+                .arg("-c")
+                .arg(command)
+                .current_dir(&self.dir)
+                .stdin(Stdio::null())
+                // Both streams write to one pipe, so the model sees them interleaved as written.
+                .stdout(out.try_clone()?)
+                .stderr(out.try_clone()?)
+                .process_group(0)
+                // Nothing can answer a pager or a password prompt: make tools print and fail.
+                .env("PAGER", "cat")
+                .env("GIT_PAGER", "cat")
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .spawn();
+            match spawned {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => last_error = Some(e),
+                other => return other,
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("no shell found")))
+    }
+}
+
+impl Shell for NativeShell {
+    fn run(&mut self, _repo: &mut dyn Repository, command: &str, timeout: Duration) -> ShellOutput {
+        let failed = |message: String| ShellOutput {
+            output: message,
+            exit_code: None,
+            timed_out: false,
+        };
+        if !self.dir.is_dir() {
+            return failed(format!(
+                "working directory {} does not exist",
+                self.dir.display()
+            ));
+        }
+        let (reader, writer) = match io::pipe() {
+            Ok(pipe) => pipe,
+            Err(e) => return failed(format!("could not create an output pipe: {e}")),
+        };
+        let spawned = self.spawn(command, &writer);
+        // Only the command may hold the write end, or reading would never see its end.
+        drop(writer);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => return failed(format!("failed to start a shell: {e}")),
+        };
+        let capture = Arc::new(Mutex::new(Capture::new(self.output_limit)));
+        let done = read_into(reader, Arc::clone(&capture));
+
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_millis(1);
+        let timed_out = loop {
+            if exited(&mut child) {
+                break false;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break true;
+            }
+            thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(20));
+        };
+        // The shell is not reaped yet, so its pid still names the group and cannot be reused.
+        kill_group(child.id());
+        let status = child.wait();
+        let _ = done.recv_timeout(DRAIN_GRACE);
+        let output = capture
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .text();
+        ShellOutput {
+            output,
+            exit_code: if timed_out {
+                None
+            } else {
+                status.ok().and_then(exit_code)
+            },
+            timed_out,
+        }
+    }
+}
+
+/// Exit code as a shell reports it: 128 + the signal for a process killed by one.
+fn exit_code(status: ExitStatus) -> Option<i32> {
+    status.code().or_else(|| status.signal().map(|s| 128 + s))
+}
+
+/// Whether the shell has exited, without reaping it (`WNOWAIT`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn exited(child: &mut Child) -> bool {
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter; waitid only writes into it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    // SAFETY: `info` outlives the call; the pid is our own unreaped child.
+    let rc = unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, flags) };
+    // With WNOHANG the pid stays 0 while the child runs; an error means there is nothing to wait for.
+    rc != 0 || unsafe { info.si_pid() } != 0
+}
+
+/// Elsewhere `waitid(WNOWAIT)` is unreliable, so the shell is reaped here; its pid can then only
+/// be reused as a group id once every process of the group is gone, which is when killing the
+/// group is no longer needed.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn exited(child: &mut Child) -> bool {
+    !matches!(child.try_wait(), Ok(None))
+}
+
+fn kill_group(pid: u32) {
+    if let Ok(pgid) = libc::pid_t::try_from(pid) {
+        // SAFETY: plain system call; ESRCH (nothing left in the group) is the expected outcome
+        // once everything has exited.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+}
+
+fn read_into(mut reader: PipeReader, capture: Arc<Mutex<Capture>>) -> Receiver<()> {
+    let (done, finished) = mpsc::channel();
+    thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => capture
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = done.send(());
+    });
+    finished
+}
+
+/// The first and last bytes of a stream, with a count of the characters dropped between them.
+struct Capture {
+    head: Vec<u8>,
+    head_limit: usize,
+    tail: VecDeque<u8>,
+    tail_limit: usize,
+    /// Characters (UTF-8 start bytes) that fell out between head and tail.
+    dropped_chars: usize,
+}
+
+impl Capture {
+    fn new(limit: usize) -> Self {
+        let head_limit = limit / 2;
+        Self {
+            head: Vec::new(),
+            head_limit,
+            tail: VecDeque::new(),
+            tail_limit: limit - head_limit,
+            dropped_chars: 0,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        let room = self.head_limit - self.head.len();
+        if room > 0 {
+            let n = room.min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        self.tail.extend(bytes);
+        if self.tail.len() > self.tail_limit {
+            let excess = self.tail.len() - self.tail_limit;
+            self.dropped_chars += self
+                .tail
+                .drain(..excess)
+                .filter(|&b| b & 0xC0 != 0x80)
+                .count();
+        }
+    }
+
+    fn text(&self) -> String {
+        let (a, b) = self.tail.as_slices();
+        if self.dropped_chars == 0 {
+            let all: Vec<u8> = self.head.iter().chain(a).chain(b).copied().collect();
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        let tail: Vec<u8> = a.iter().chain(b).copied().collect();
+        format!(
+            "{}{}{}",
+            String::from_utf8_lossy(&self.head),
+            cut_note(self.dropped_chars),
+            String::from_utf8_lossy(&tail)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capture_keeps_both_ends_and_counts_the_rest() {
+        let mut c = Capture::new(10);
+        c.push(b"abc");
+        assert_eq!(c.text(), "abc");
+        c.push(b"defgh");
+        c.push(b"ijklmnopqrstuvwxyz");
+        let text = c.text();
+        assert!(text.starts_with("abcde"), "{text}");
+        assert!(text.ends_with("vwxyz"), "{text}");
+        assert!(text.contains("[... 16 characters cut ...]"), "{text}");
+    }
+
+    #[test]
+    fn capture_counts_characters_not_bytes() {
+        let mut c = Capture::new(2);
+        c.push("a".as_bytes());
+        c.push("éééz".as_bytes());
+        assert!(
+            c.text().contains("[... 3 characters cut ...]"),
+            "{}",
+            c.text()
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! FrogNano's tools: `Read`, `Write`, `Edit`, `Glob` and `Bash`, with the names, arguments,
+//! limits and replies of the harness the model was post-trained on (which mirrors Claude Code's
+//! tools). Every failure — a bad argument, a path outside the repository, a missing file — is an
+//! error observation the model reads and recovers from, never a panic or an `Err` to the caller.
+
+mod args;
+mod bash;
+pub(crate) mod cut;
+mod edit;
+mod glob;
+mod read;
+mod write;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{EntryKind, RepoPath, Repository, Shell, ToolCall};
+use args::Spec;
+
+/// What a tool answers; the model reads `content` as the tool's reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl Observation {
+    pub fn ok(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    pub fn error(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+impl From<Result<String, String>> for Observation {
+    fn from(result: Result<String, String>) -> Self {
+        match result {
+            Ok(text) => Self::ok(text),
+            Err(text) => Self::error(text),
+        }
+    }
+}
+
+/// In the order the model is shown them.
+const SPECS: [&Spec; 5] = [
+    &read::SPEC,
+    &write::SPEC,
+    &edit::SPEC,
+    &glob::SPEC,
+    &bash::SPEC,
+];
+
+/// The tools' OpenAI-style function schemas
+/// (`{"type":"function","function":{"name","description","parameters"}}`), for the chat template.
+pub fn tool_schemas() -> Vec<Value> {
+    SPECS.iter().map(|s| s.schema()).collect()
+}
+
+/// The tool names, in schema order.
+pub fn tool_names() -> Vec<&'static str> {
+    SPECS.iter().map(|s| s.name).collect()
+}
+
+/// Runs tool calls against a repository; `Bash` goes through the shell it was built with.
+pub struct Toolbox {
+    shell: Box<dyn Shell>,
+}
+
+impl Toolbox {
+    pub fn new(shell: Box<dyn Shell>) -> Self {
+        Self { shell }
+    }
+
+    pub fn shell(&self) -> &dyn Shell {
+        self.shell.as_ref()
+    }
+
+    pub fn execute(&mut self, repo: &mut dyn Repository, call: &ToolCall) -> Observation {
+        let Some(spec) = SPECS.iter().find(|s| s.name == call.name) else {
+            return Observation::error(unknown_tool(&call.name));
+        };
+        let args = match spec.check(&call.arguments) {
+            Ok(args) => args,
+            Err(problem) => return Observation::error(problem),
+        };
+        match spec.name {
+            "Read" => read::run(repo, &args).into(),
+            "Write" => write::run(repo, &args).into(),
+            "Edit" => edit::run(repo, &args).into(),
+            "Glob" => glob::run(repo, &args).into(),
+            _ => bash::run(self.shell.as_mut(), repo, &args),
+        }
+    }
+}
+
+fn unknown_tool(name: &str) -> String {
+    let names = tool_names();
+    let hint = names
+        .iter()
+        .find(|n| n.eq_ignore_ascii_case(name.trim()))
+        .map(|n| format!(" Did you mean `{n}`? Tool names are case-sensitive."))
+        .unwrap_or_default();
+    format!(
+        "Unknown tool `{name}`.{hint} Available tools: {}.",
+        names.join(", ")
+    )
+}
+
+/// Resolves a path argument against the repository root, with its absolute form for replies;
+/// escapes come back as the message.
+fn resolve(repo: &dyn Repository, input: &str) -> Result<(RepoPath, String), String> {
+    let path =
+        RepoPath::resolve(repo.root(), &RepoPath::root(), input).map_err(|e| e.to_string())?;
+    let shown = path.display_under(repo.root());
+    Ok((path, shown))
+}
+
+/// A file's bytes, or `None` when nothing is there; a folder is an error that points to Glob.
+fn file_bytes(repo: &dyn Repository, path: &RepoPath) -> Result<Option<Vec<u8>>, String> {
+    let shown = path.display_under(repo.root());
+    match repo.kind(path) {
+        None => Ok(None),
+        Some(EntryKind::Dir) => Err(format!(
+            "{shown} is a directory, not a file. Use Glob to find files in it."
+        )),
+        Some(EntryKind::File) => repo.read(path).map(Some).map_err(|e| e.to_string()),
+    }
+}
+
+/// Text files only: a NUL byte in the first 8 KiB is how `grep` and `git` spot binary files too.
+fn is_binary(data: &[u8]) -> bool {
+    data.iter().take(8192).any(|&b| b == 0)
+}

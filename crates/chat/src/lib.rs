@@ -1,0 +1,274 @@
+//! A chat session over one loaded model: renders OpenAI-style messages with the model's own chat
+//! template, generates with streaming, and keeps the model's state between turns so each turn
+//! evaluates only its new tokens. It is the engine-backed [`LanguageModel`] the agent runs on.
+
+use lilypad_agent::{
+    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, TokenSink,
+};
+use lilypad_engine::{EngineError, Model, SamplingParams};
+use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
+use serde_json::Value;
+use web_time::Instant;
+
+/// What the previous turn left in the model's state.
+struct PreviousTurn {
+    /// How many messages the previous prompt rendered.
+    n_messages: usize,
+    /// That prompt's text, generation prompt included.
+    prompt_text: String,
+    /// The tokens the model has seen: that prompt and everything it generated.
+    tokens: Vec<u32>,
+    /// Whether the generation ended with an end-of-turn token.
+    ended: bool,
+}
+
+pub struct ChatSession {
+    model: Model,
+    tok: TextTokenizer,
+    template: ChatTemplate,
+    /// The template renders `tools` itself; otherwise tools are described in the system message.
+    template_has_tools: bool,
+    name: String,
+    previous: Option<PreviousTurn>,
+}
+
+impl ChatSession {
+    pub fn new(model: Model, tok: TextTokenizer, name: &str) -> Result<Self, ModelError> {
+        let template = tok.template().map_err(|e| ModelError::Other(e.to_string()))?;
+        let template_has_tools = tok
+            .chat_template
+            .as_deref()
+            .is_some_and(|t| t.contains("tools") && t.contains("tool_call"));
+        Ok(Self {
+            model,
+            tok,
+            template,
+            template_has_tools,
+            name: name.into(),
+            previous: None,
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn tokenizer(&self) -> &TextTokenizer {
+        &self.tok
+    }
+
+    /// The prompt text `request` renders to (what the model is shown, before tokenization).
+    pub fn prompt_text(&self, request: &Request<'_>) -> Result<String, ModelError> {
+        self.render(request.messages, request.tools, true, request.enable_thinking)
+    }
+
+    /// Forgets the cached conversation.
+    pub fn reset(&mut self) {
+        self.previous = None;
+        self.model.reset();
+    }
+
+    fn render(&self, messages: &[Message], tools: &[Value], generation_prompt: bool, thinking: bool) -> Result<String, ModelError> {
+        let mut extra = serde_json::json!({ "enable_thinking": thinking });
+        if self.template_has_tools && !tools.is_empty() {
+            extra["tools"] = Value::from(tools.to_vec());
+        }
+        let extra = TemplateValue::from(minijinja::value::Serde(extra));
+        if self.template_has_tools {
+            self.template.render(messages, generation_prompt, extra)
+        } else {
+            self.template.render(&describe_tools_inline(messages, tools), generation_prompt, extra)
+        }
+        .map_err(|e| ModelError::Other(e.to_string()))
+    }
+
+    fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
+        self.tok.encode(text, true).map_err(|e| ModelError::Other(e.to_string()))
+    }
+
+    /// The prompt's tokens. When the conversation extends the previous turn, the tokens the model
+    /// actually generated stand in for the template's re-rendering of that reply (which may
+    /// format thinking or tool calls differently), so the cached state stays valid.
+    fn prompt_tokens(&self, req: &Request<'_>) -> Result<(String, Vec<u32>), ModelError> {
+        let full = self.render(req.messages, req.tools, true, req.enable_thinking)?;
+        if let Some(tokens) = self.extend_previous(req, &full)? {
+            return Ok((full, tokens));
+        }
+        let tokens = self.encode(&full)?;
+        Ok((full, tokens))
+    }
+
+    fn extend_previous(&self, req: &Request<'_>, full: &str) -> Result<Option<Vec<u32>>, ModelError> {
+        let Some(prev) = &self.previous else { return Ok(None) };
+        let n = prev.n_messages;
+        if req.messages.len() <= n || req.messages[n].role != Role::Assistant || !prev.ended {
+            return Ok(None);
+        }
+        let before = self.render(&req.messages[..n], req.tools, true, req.enable_thinking)?;
+        let with_reply = self.render(&req.messages[..=n], req.tools, false, req.enable_thinking)?;
+        if before != prev.prompt_text || !with_reply.starts_with(&before) || !full.starts_with(&with_reply) {
+            return Ok(None);
+        }
+        // The rendered reply ends with the end-of-turn token's text and whatever the template
+        // puts after it (a newline); the generated tokens already end with that token.
+        let reply = &with_reply[before.len()..];
+        let Some(after_end) = self
+            .tok
+            .stop
+            .iter()
+            .filter_map(|&id| self.tok.token(id))
+            .filter_map(|t| reply.rfind(&t).map(|i| &reply[i + t.len()..]))
+            .min_by_key(|s| s.len())
+        else {
+            return Ok(None);
+        };
+        let mut tokens = prev.tokens.clone();
+        let tail = format!("{after_end}{}", &full[with_reply.len()..]);
+        let mut tail_tokens = self.encode(&tail)?;
+        // The tail is mid-conversation: no BOS there.
+        if self.tok.add_bos && self.tok.bos.is_some() && tail_tokens.first() == self.tok.bos.as_ref() {
+            tail_tokens.remove(0);
+        }
+        tokens.extend(tail_tokens);
+        Ok(Some(tokens))
+    }
+}
+
+/// For templates that know nothing of tools: the tool schemas go into the system message in
+/// Qwen's Hermes-style wording, calls are written back as `<tool_call>` text and results as
+/// `<tool_response>` user turns, so any chat model sees the same protocol.
+fn describe_tools_inline(messages: &[Message], tools: &[Value]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    let mut tool_text = String::new();
+    if !tools.is_empty() {
+        tool_text.push_str("\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for t in tools {
+            tool_text.push('\n');
+            tool_text.push_str(&t.to_string());
+        }
+        tool_text.push_str("\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+    }
+    let mut iter = messages.iter().peekable();
+    if let Some(first) = iter.peek() {
+        if first.role == Role::System {
+            out.push(Message::system(format!("{}{tool_text}", first.content)));
+            iter.next();
+        } else if !tool_text.is_empty() {
+            out.push(Message::system(tool_text.trim_start().to_string()));
+        }
+    }
+    for m in iter {
+        match m.role {
+            Role::Assistant => {
+                let mut text = String::new();
+                if let Some(r) = &m.reasoning_content {
+                    text.push_str(&format!("<think>\n{r}\n</think>\n\n"));
+                }
+                text.push_str(&m.content);
+                for c in &m.tool_calls {
+                    let call = serde_json::json!({"name": c.name, "arguments": c.arguments});
+                    text.push_str(&format!("\n<tool_call>\n{call}\n</tool_call>"));
+                }
+                out.push(Message::new(Role::Assistant, text.trim_start().to_string()));
+            }
+            Role::Tool => out.push(Message::user(format!("<tool_response>\n{}\n</tool_response>", m.content))),
+            _ => out.push(Message::new(m.role, m.content.clone())),
+        }
+    }
+    out
+}
+
+fn engine_error(e: EngineError) -> ModelError {
+    match e {
+        EngineError::ContextFull { needed, capacity } => ModelError::ContextFull { needed, capacity },
+        e => ModelError::Other(e.to_string()),
+    }
+}
+
+impl LanguageModel for ChatSession {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn context_length(&self) -> usize {
+        self.model.context as usize
+    }
+
+    async fn complete(&mut self, req: &Request<'_>, on_text: &mut TokenSink<'_>) -> Result<Completion, ModelError> {
+        let (prompt_text, prompt) = self.prompt_tokens(req)?;
+        let capacity = self.model.context as usize;
+        if prompt.len() >= capacity {
+            return Err(ModelError::ContextFull { needed: prompt.len() + 1, capacity });
+        }
+        let sp = SamplingParams {
+            temperature: req.sampling.temperature,
+            top_k: req.sampling.top_k,
+            top_p: req.sampling.top_p,
+            seed: req.sampling.seed,
+            ..SamplingParams::greedy()
+        };
+        let start = Instant::now();
+        let mut first: Option<Instant> = None;
+        let mut detok = self.tok.stream();
+        let mut text = String::new();
+        let mut stopped_by_caller = false;
+        let mut detok_error = None;
+        let tok = &self.tok;
+        let generation = self
+            .model
+            .generate(&prompt, &sp, req.max_tokens, &|id| tok.is_stop(id), &mut |id| {
+                first.get_or_insert_with(Instant::now);
+                if tok.is_stop(id) {
+                    return false;
+                }
+                match detok.push(id) {
+                    Ok(piece) => {
+                        text.push_str(&piece);
+                        if !piece.is_empty() && !on_text(&piece) {
+                            stopped_by_caller = true;
+                            return false;
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        detok_error = Some(e.to_string());
+                        false
+                    }
+                }
+            })
+            .await
+            .map_err(engine_error)?;
+        if let Some(e) = detok_error {
+            return Err(ModelError::Other(e));
+        }
+        let end = Instant::now();
+        let first = first.unwrap_or(end);
+        let ended = generation.tokens.last().is_some_and(|&id| self.tok.is_stop(id));
+        let finish = if ended {
+            FinishReason::Stop
+        } else if stopped_by_caller {
+            FinishReason::Aborted
+        } else if generation.tokens.len() >= req.max_tokens {
+            FinishReason::Length
+        } else {
+            FinishReason::ContextFull
+        };
+        let mut seen = prompt.clone();
+        seen.extend_from_slice(&generation.tokens);
+        self.previous = Some(PreviousTurn {
+            n_messages: req.messages.len(),
+            prompt_text,
+            tokens: seen,
+            ended,
+        });
+        Ok(Completion {
+            text,
+            finish,
+            prompt_tokens: prompt.len(),
+            prefilled_tokens: generation.prompt_evaluated,
+            generated_tokens: generation.tokens.len(),
+            prefill_ms: (first - start).as_secs_f64() * 1e3,
+            decode_ms: (end - first).as_secs_f64() * 1e3,
+        })
+    }
+}

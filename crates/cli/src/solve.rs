@@ -1,0 +1,184 @@
+//! `lilypad solve`: the coding agent on a folder of real files, with live progress, writing the
+//! patch and the trajectory (after every step, so an interrupted run keeps its record).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use lilypad_agent::{
+    AgentConfig, AgentEvent, DiskRepo, NativeShell, Repository, Sampling, Toolbox, Trajectory,
+    run_agent,
+};
+use lilypad_chat::ChatSession;
+
+use crate::{Loaded, ModelArgs};
+
+#[derive(Args)]
+pub struct SolveArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The repository folder the agent works in (its files are edited in place).
+    #[arg(long)]
+    repo: PathBuf,
+    /// The task, as text.
+    #[arg(long, required_unless_present = "task_file", conflicts_with = "task_file")]
+    task: Option<String>,
+    /// The task, from a file.
+    #[arg(long)]
+    task_file: Option<PathBuf>,
+    #[arg(long, default_value_t = 30)]
+    max_steps: usize,
+    /// Token budget of one model reply.
+    #[arg(long, default_value_t = 2048)]
+    max_tokens_per_step: usize,
+    /// Folder for patch.diff and trajectory.json (default: a new folder under the cache).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Ask the model to answer without a thinking phase.
+    #[arg(long)]
+    no_thinking: bool,
+    #[arg(long, default_value_t = 0.6)]
+    temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 20)]
+    top_k: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(args: &SolveArgs) -> Result<()> {
+    let task = match (&args.task, &args.task_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, None) => bail!("give --task or --task-file"),
+    };
+    let mut repo = DiskRepo::open(&args.repo).with_context(|| format!("opening repository {}", args.repo.display()))?;
+    let out = match &args.out {
+        Some(o) => o.clone(),
+        None => default_out_dir(&args.repo),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let loaded = Loaded::open(&args.model)?;
+    let name = Path::new(&args.model.model)
+        .file_name()
+        .map_or(args.model.model.clone(), |n| n.to_string_lossy().into_owned());
+    let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
+    let mut toolbox = Toolbox::new(Box::new(NativeShell::new(PathBuf::from(repo.root()))));
+    let config = AgentConfig {
+        max_steps: args.max_steps,
+        max_tokens_per_step: args.max_tokens_per_step,
+        enable_thinking: !args.no_thinking,
+        sampling: Sampling {
+            temperature: args.temperature,
+            top_p: args.top_p,
+            top_k: args.top_k,
+            seed: args.seed,
+        },
+        ..AgentConfig::default()
+    };
+    let traj_path = out.join("trajectory.json");
+    let patch_path = out.join("patch.diff");
+    let quiet = args.model.quiet;
+    let mut write_error = None;
+    let stderr = std::io::stderr();
+    let trajectory = pollster::block_on(run_agent(
+        &mut session,
+        &mut repo,
+        &mut toolbox,
+        &task,
+        &config,
+        &mut |event| {
+            let mut err = stderr.lock();
+            match event {
+                AgentEvent::StepStarted(i) => {
+                    let _ = writeln!(err, "\n── step {} ──", i + 1);
+                }
+                AgentEvent::Text(t) if !quiet => {
+                    let _ = write!(err, "{t}");
+                }
+                AgentEvent::Text(_) => {}
+                AgentEvent::ToolStarted(call) => {
+                    let _ = writeln!(err, "\n→ {}({})", call.name, call.arguments);
+                }
+                AgentEvent::ToolFinished(record) => {
+                    let _ = writeln!(err, "{}", preview(&record.observation, 8));
+                }
+                AgentEvent::StepFinished(t) => {
+                    if let Err(e) = save(t, &traj_path, &patch_path) {
+                        write_error = Some(e);
+                    }
+                    if let Some(s) = t.steps.last() {
+                        let _ = writeln!(
+                            err,
+                            "[step {}: prompt {} tokens, {} evaluated ({:.0} ms); {} generated ({:.0} ms)]",
+                            s.index + 1,
+                            s.prompt_tokens,
+                            s.prefilled_tokens,
+                            s.prefill_ms,
+                            s.generated_tokens,
+                            s.decode_ms
+                        );
+                    }
+                }
+            }
+            true
+        },
+    ))?;
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    save(&trajectory, &traj_path, &patch_path)?;
+    let exit = trajectory.exit.as_ref().map_or("unknown".into(), |e| format!("{e:?}"));
+    eprintln!(
+        "\nfinished: {exit} after {} steps ({} tokens evaluated, {} generated)",
+        trajectory.steps.len(),
+        trajectory.prefilled_tokens(),
+        trajectory.generated_tokens()
+    );
+    eprintln!("patch:      {} ({} lines)", patch_path.display(), trajectory.patch.lines().count());
+    eprintln!("trajectory: {}", traj_path.display());
+    Ok(())
+}
+
+fn save(t: &Trajectory, traj_path: &Path, patch_path: &Path) -> Result<()> {
+    write_atomic(traj_path, t.to_json().as_bytes())?;
+    write_atomic(patch_path, t.patch.as_bytes())
+}
+
+/// Writes through a temporary file so a reader never sees half a trajectory.
+fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+fn preview(text: &str, max_lines: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: String = lines.iter().take(max_lines).map(|l| format!("  │ {}\n", truncate(l, 160))).collect();
+    if lines.len() > max_lines {
+        out.push_str(&format!("  │ … {} more lines\n", lines.len() - max_lines));
+    }
+    out.trim_end().to_string()
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn default_out_dir(repo: &Path) -> PathBuf {
+    let name = repo
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "repo".into());
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let models = crate::download::default_cache_dir();
+    models.parent().unwrap_or(&models).join("runs").join(format!("{name}-{stamp}"))
+}
