@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGET=wasm32-unknown-unknown
-PACKAGES=(-p lilypad-gguf -p lilypad-engine -p lilypad-tokenizer)
+PACKAGES=(-p lilypad-gguf -p lilypad-engine -p lilypad-tokenizer -p lilypad-agent -p lilypad-chat)
 
 have_rustup_target() {
     command -v rustup >/dev/null 2>&1 &&
