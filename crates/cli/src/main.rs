@@ -282,7 +282,7 @@ fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
     match LlamaConfig::from_gguf(&file) {
         Ok(cfg) => {
             println!(
-                "layers {}, embedding {}, FFN {}, heads {} (KV {}), head dim {}, vocab {}, RoPE base {}, context {}{}",
+                "layers {}, embedding {}, FFN {}, heads {} (KV {}), head dim {}, vocab {}, RoPE {:?} base {}, context {}{}{}",
                 cfg.n_layer,
                 cfg.n_embd,
                 cfg.n_ff,
@@ -290,8 +290,10 @@ fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
                 cfg.n_kv_head,
                 cfg.head_dim,
                 cfg.vocab,
+                cfg.rope_mode,
                 cfg.rope_base,
                 cfg.context_train,
+                if cfg.qk_norm { ", QK norm" } else { "" },
                 if cfg.tied_embeddings {
                     ", tied embeddings"
                 } else {

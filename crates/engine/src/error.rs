@@ -30,7 +30,10 @@ pub enum EngineError {
         ty: &'static str,
         context: &'static str,
     },
-    #[error("unsupported model architecture {0:?} (supported: llama)")]
+    #[error(
+        "unsupported model architecture {0:?} (supported: {supported})",
+        supported = crate::models::LLAMA_LIKE.join(", ")
+    )]
     UnsupportedArchitecture(String),
     #[error("model tensor {0:?} is missing")]
     MissingTensor(String),
@@ -40,6 +43,8 @@ pub enum EngineError {
         expected: Vec<u64>,
         got: Vec<u64>,
     },
+    #[error("Hugging Face checkpoint: {0}")]
+    Checkpoint(String),
     #[error("invalid model configuration: {0}")]
     Config(String),
     #[error(
@@ -53,6 +58,8 @@ pub enum EngineError {
     },
     #[error("context is full: {needed} positions needed, the context holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
+    #[error("the sequence state does not fit this model: {0}")]
+    State(String),
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     BadToken { id: u32, vocab: usize },
     #[error("invalid sampling parameter: {0}")]

@@ -1,17 +1,19 @@
 //! lilypad's inference engine: WGSL compute kernels (from `shaders/`) run by wgpu, the
-//! Llama-family forward pass over GGUF weights, and GPU sampling. Compiles natively
+//! model architectures (`models/`) over GGUF weights, and GPU sampling. Compiles natively
 //! (Vulkan, Metal, DX12) and for wasm32 (browser WebGPU): all GPU waits are async.
 
 pub mod error;
 pub mod gpu;
 pub mod kernels;
 pub mod model;
+pub mod models;
 pub mod ops;
+pub mod state;
 pub mod weights;
 
 pub use error::{EngineError, Result};
 pub use gpu::{AdapterOptions, AdapterSummary, GpuContext};
-pub use model::{
-    Generation, LlamaConfig, LoadProgress, Logits, MemoryPlan, Model, ModelOptions, memory_plan,
-};
+pub use model::{Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
+pub use models::{LlamaConfig, memory_plan};
 pub use ops::sample::{Rng, SamplingParams};
+pub use state::SequenceState;

@@ -338,6 +338,48 @@ fn rms_norm_matches_reference() {
     }
 }
 
+/// Per-head RMSNorm written into a cache at rows pos0.. (Qwen3's K norm): rows before pos0
+/// and after the step keep their sentinel. Tolerance 1e-5 relative.
+#[test]
+fn rms_norm_into_cache_matches_reference() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let (n, groups, tokens, pos0, rows) = (32u32, 3u32, 4u32, 5u32, 12u32);
+    let x = randn(&mut r, (tokens * groups * n) as usize, 3.0);
+    let w = randn(&mut r, n as usize, 2.0);
+    let row = (groups * n) as usize;
+    let sentinel = 7.5f32;
+    let cache = buf_f32(&ctx, &vec![sentinel; rows as usize * row]);
+    let s = step(&ctx, tokens, pos0);
+    let eps = 1e-6;
+    run(
+        &ctx,
+        &[ops::rms_norm::rms_norm_to_cache(
+            &ctx,
+            &buf_f32(&ctx, &x),
+            &buf_f32(&ctx, &w),
+            &cache,
+            n,
+            groups,
+            eps,
+            &s,
+        )
+        .unwrap()],
+        tokens,
+    );
+    let got = read(&ctx, &cache, rows as usize * row);
+    let mut want = vec![sentinel as f64; rows as usize * row];
+    for (i, xs) in x.chunks_exact(n as usize).enumerate() {
+        let ms = xs.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+        let sc = 1.0 / (ms + eps as f64).sqrt();
+        let out = pos0 as usize * row + i * n as usize;
+        for j in 0..n as usize {
+            want[out + j] = xs[j] as f64 * sc * w[j] as f64;
+        }
+    }
+    assert_close(&got, &want, 1e-5, 1e-4, "rms_norm into cache rows");
+}
+
 /// RoPE, both pair layouts, partial rotation, nonzero start position, and in-cache rows.
 /// Tolerance 2e-5 absolute on unit-scale inputs (f32 sin/cos of angles up to ~300 rad).
 #[test]

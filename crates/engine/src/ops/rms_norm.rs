@@ -17,7 +17,23 @@ pub fn rms_norm(
     eps: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    norm(ctx, [x, w, y], None, (n, groups, eps), step)
+    norm(ctx, [x, w, y], None, (n, groups, eps), false, step)
+}
+
+/// [`rms_norm`] into a cache: y is [ctx, groups, n] and token t writes row pos0 + t
+/// (Qwen3's per-head K norm writes the normalised keys straight into the KV cache).
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_to_cache(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    cache: &wgpu::Buffer,
+    n: u32,
+    groups: u32,
+    eps: f32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    norm(ctx, [x, w, cache], None, (n, groups, eps), true, step)
 }
 
 /// y[t, g, ..n] = rmsnorm(x[t, g, ..n]) · w · silu(z[t, g, ..n]): Qwen3.5's gated DeltaNet
@@ -34,7 +50,7 @@ pub fn rms_norm_gated(
     eps: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    norm(ctx, [x, w, y], Some(z), (n, groups, eps), step)
+    norm(ctx, [x, w, y], Some(z), (n, groups, eps), false, step)
 }
 
 fn norm(
@@ -42,6 +58,7 @@ fn norm(
     [x, w, y]: [&wgpu::Buffer; 3],
     z: Option<&wgpu::Buffer>,
     (n, groups, eps): (u32, u32, f32),
+    y_in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     let mut macros = Macros::new().u32("WG", WG);
@@ -49,7 +66,11 @@ fn norm(
         macros = macros.flag("GATED");
     }
     let pipeline = ctx.pipeline("rms_norm.wgsl", "rms_norm", &macros)?;
-    let p = params(ctx, "rms_norm", &[n, groups, eps.to_bits()]);
+    let p = params(
+        ctx,
+        "rms_norm",
+        &[n, groups, eps.to_bits(), y_in_cache as u32],
+    );
     let mut bindings = vec![bind(x), bind(w), bind(y), bind(&p), bind(step)];
     bindings.extend(z.map(bind));
     Ok(Dispatch::new(
