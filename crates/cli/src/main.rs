@@ -3,6 +3,7 @@
 mod bench;
 mod download;
 mod solve;
+mod synth;
 mod tokenize;
 
 use std::io::{BufRead, Write};
@@ -100,6 +101,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Let the coding agent work on a task in a repository folder; writes a patch and a trajectory.
     Solve(solve::SolveArgs),
+    /// Write a GGUF with FrogNano-4B's shapes and random quantized weights (for benchmarks).
+    Synth(synth::SynthArgs),
 }
 
 #[derive(Args)]
@@ -233,6 +236,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Solve(args) => solve::run(&args),
+        Command::Synth(args) => synth::run(&args),
     }
 }
 
@@ -288,6 +292,14 @@ fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
                 "largest single buffer: {}",
                 lilypad_engine::error::human_bytes(plan.largest_unsplittable)
             );
+            // Whether the default adapter can hold it (wgpu reports limits, not free memory).
+            match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
+                Ok(gpu) => match plan.check_fits(&gpu, ctx) {
+                    Ok(()) => println!("fits:         yes, within {}'s limits", gpu.adapter.name),
+                    Err(e) => println!("fits:         NO: {e}"),
+                },
+                Err(e) => println!("fits:         unknown (no GPU adapter: {e})"),
+            }
         }
         Err(e) => println!("runnable:     no: {e}"),
     }

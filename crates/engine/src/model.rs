@@ -33,6 +33,32 @@ impl MemoryPlan {
     }
 }
 
+impl MemoryPlan {
+    /// Refuses, before anything is allocated, a plan that cannot run on `ctx`'s adapter: a
+    /// buffer that must be one binding (a layer's KV cache, the logits, recurrent state) larger
+    /// than the adapter's binding or buffer limit. Weights are split, so never refused here.
+    pub fn check_fits(&self, ctx: &GpuContext, context: u32) -> Result<()> {
+        let limits = [
+            (ctx.limits.max_storage_buffer_binding_size, "largest storage binding"),
+            (ctx.limits.max_buffer_size, "largest buffer"),
+        ];
+        for (allowed, what) in limits {
+            if self.largest_unsplittable > allowed {
+                return Err(EngineError::TooLarge {
+                    adapter: ctx.adapter.name.clone(),
+                    what,
+                    needed: format!(
+                        "{} in one buffer (a layer's KV cache or the logits at context {context})",
+                        human_bytes(self.largest_unsplittable)
+                    ),
+                    allowed: human_bytes(allowed),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 impl std::fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -138,18 +164,7 @@ impl Model {
         check_tensors(file, &cfg.loaded_tensor_shapes(true))?;
         let total_bytes = check_tensors(file, &cfg.loaded_tensor_shapes(opts.mtp))?;
         let plan = cfg.memory_plan(file, context, max_batch, opts.mtp);
-        let allowed = ctx.limits.max_storage_buffer_binding_size as u64;
-        if plan.largest_unsplittable > allowed {
-            return Err(EngineError::TooLarge {
-                adapter: ctx.adapter.name.clone(),
-                what: "largest storage binding",
-                needed: format!(
-                    "{} for one layer's KV cache or the logits at context {context}",
-                    human_bytes(plan.largest_unsplittable)
-                ),
-                allowed: human_bytes(allowed),
-            });
-        }
+        plan.check_fits(&ctx, context)?;
 
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let loader = Loader::new(&ctx, file, src, opts.max_chunk_bytes, total_bytes, progress);
