@@ -88,3 +88,49 @@ fn each_turn_prefills_only_its_new_tokens() {
         second.prefilled_tokens
     );
 }
+
+/// Qwen3.5's recurrent state cannot be rewound, so reuse across turns must be exact, also
+/// after a reply cut off by the token limit: turn 2 evaluates only its new tokens, and what it generates equals a fresh model's greedy
+/// continuation of the same tokens evaluated from scratch.
+#[test]
+fn recurrent_state_carries_across_turns_exactly() {
+    use lilypad_engine::SamplingParams;
+    use lilypad_tests::qwen::Fixture;
+    use lilypad_tokenizer::TextTokenizer;
+
+    let f = Fixture::load("qwen35-tiny");
+    let (Some(model), Some(mut fresh)) = (f.model(512, 64), f.model(512, 64)) else {
+        return;
+    };
+    let tok = TextTokenizer::from_gguf(&f.file.metadata).unwrap();
+    let mut chat = ChatSession::new(model, tok, "qwen35-tiny").unwrap();
+    let mut ask = |messages: &[Message]| -> lilypad_agent::Completion {
+        let request = Request {
+            messages,
+            tools: &[],
+            sampling: greedy(),
+            max_tokens: 12,
+            enable_thinking: false,
+        };
+        pollster::block_on(chat.complete(&request, &mut |_| true)).unwrap()
+    };
+    let mut messages = vec![Message::user("The river carried boats of salt.")];
+    let first = ask(&messages);
+    // Cut off by the token limit: the end-of-turn token the template adds is spliced in.
+    assert_eq!(first.finish, lilypad_agent::FinishReason::Length);
+    messages.push(Message::new(Role::Assistant, first.text.clone()));
+    messages.push(Message::user("Hello"));
+    let second = ask(&messages);
+    let reused = first.prompt_tokens + first.generated_tokens - 1;
+    assert_eq!(second.prefilled_tokens, second.prompt_tokens - reused);
+
+    // The same tokens from scratch on a second model give the same continuation.
+    let cached = chat.model().tokens().to_vec();
+    let (prompt, generated) = cached.split_at(second.prompt_tokens);
+    let sp = SamplingParams::greedy();
+    let n = second.generated_tokens;
+    let again = pollster::block_on(fresh.generate(prompt, &sp, n, &|_| false, &mut |_| true));
+    let again = again.unwrap();
+    assert_eq!(again.prompt_evaluated, prompt.len());
+    assert_eq!(&again.tokens[..generated.len()], generated);
+}
