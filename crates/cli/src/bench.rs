@@ -1,5 +1,6 @@
-//! `lilypad bench`: kernel bandwidth against a copy kernel on the same adapter, then
-//! whole-model prefill and decode speed. Wall-clock timing after a full device wait.
+//! `lilypad bench`: kernel bandwidth against a copy kernel on the same adapter, the same
+//! matrices in prefill (per token, over a prefill step's worth of tokens), then whole-model
+//! prefill and decode speed. Wall-clock timing after a full device wait.
 
 use std::time::Instant;
 
@@ -13,8 +14,9 @@ use lilypad_tokenizer::TextTokenizer;
 
 const REPS: usize = 20;
 
-/// Seconds per run of `ds`, recorded `REPS` times into one pass (after one warm-up).
-fn time(ctx: &GpuContext, ds: &[Dispatch]) -> Result<f64> {
+/// Seconds per run of `ds` for `tokens` tokens, recorded `REPS` times into one pass (after one
+/// warm-up).
+fn time(ctx: &GpuContext, ds: &[Dispatch], tokens: u32) -> Result<f64> {
     let once = |reps: usize| -> Result<f64> {
         let t = Instant::now();
         let mut enc = ctx.device.create_command_encoder(&Default::default());
@@ -22,7 +24,7 @@ fn time(ctx: &GpuContext, ds: &[Dispatch]) -> Result<f64> {
             let mut pass = enc.begin_compute_pass(&Default::default());
             for _ in 0..reps {
                 for d in ds {
-                    d.record(&mut pass, 1);
+                    d.record(&mut pass, tokens);
                 }
             }
         }
@@ -45,22 +47,34 @@ pub fn run(
     let ctx = model.gpu().clone();
     println!("adapter: {}", ctx.adapter);
 
-    let bytes = (64u64 << 20).min(ctx.limits.max_storage_buffer_binding_size as u64 / 2);
+    let bytes = (64u64 << 20).min(ctx.limits.max_storage_buffer_binding_size / 2);
     let copy_src = ctx.storage_buffer("bench src", bytes, wgpu::BufferUsages::empty())?;
     let dst = ctx.storage_buffer("bench dst", bytes, wgpu::BufferUsages::empty())?;
     let copy = ops::copy::copy(&ctx, &copy_src, &dst, (bytes / 16) as u32)?;
-    let copy_gbs = 2.0 * bytes as f64 / time(&ctx, std::slice::from_ref(&copy))? / 1e9;
+    let copy_gbs = 2.0 * bytes as f64 / time(&ctx, std::slice::from_ref(&copy), 1)? / 1e9;
     println!(
         "copy kernel: {copy_gbs:.2} GB/s (read + write of {} MiB)",
         bytes >> 20
     );
 
+    // Prefill: one step of the model's batch size, each weight reused across the tile.
+    let batch = model.max_batch;
     println!(
-        "{:<24} {:>6} {:>13} {:>9} {:>9} {:>8}",
-        "matvec (decode, 1 token)", "type", "shape", "µs", "GB/s", "vs copy"
+        "{:<24} {:>6} {:>13} {:>9} {:>9} {:>8} {:>13} {:>8}",
+        "matvec (decode: 1 token)",
+        "type",
+        "shape",
+        "µs",
+        "GB/s",
+        "vs copy",
+        "prefill µs/t",
+        "speedup"
     );
+    println!("(prefill: {batch} tokens per step, time per token; speedup over decode)");
     let step = ops::step_buffer(&ctx);
     ops::write_step(&ctx, &step, Step::new(1, 0));
+    let prefill_step = ops::step_buffer(&ctx);
+    ops::write_step(&ctx, &prefill_step, Step::new(batch, 0));
     let mut seen = std::collections::HashSet::new();
     let names: Vec<&str> = [
         "blk.0.attn_q.weight",
@@ -82,13 +96,25 @@ pub fn run(
         }
         let raw = file.tensor_bytes(src, t)?;
         let w = GpuWeight::upload(&ctx, name, t.ty, t.rows(), t.cols(), &raw, None)?;
-        let x = ctx.storage_buffer("bench x", t.cols() * 4, wgpu::BufferUsages::empty())?;
-        let y = ctx.storage_buffer("bench y", t.rows() * 4, wgpu::BufferUsages::empty())?;
-        let ds = ops::matvec::matvec(&ctx, &w, &x, &y, t.rows() as u32, &step, 1, false, false)?;
-        let secs = time(&ctx, &ds)?;
+        let n = batch as u64;
+        let x = ctx.storage_buffer("bench x", n * t.cols() * 4, wgpu::BufferUsages::empty())?;
+        let y = ctx.storage_buffer("bench y", n * t.rows() * 4, wgpu::BufferUsages::empty())?;
+        let rows = t.rows() as u32;
+        let ds = ops::matvec::matvec(&ctx, &w, &x, &y, rows, &step, 1, false, false)?;
+        let secs = time(&ctx, &ds, 1)?;
         let gbs = t.n_bytes() as f64 / secs / 1e9;
+        // The output head only runs for the last token, so its prefill is not timed.
+        let prefill = if name.starts_with("blk.") {
+            let tile = ops::matvec::PREFILL_TILE;
+            let ds =
+                ops::matvec::matvec(&ctx, &w, &x, &y, rows, &prefill_step, tile, false, false)?;
+            let per_token = time(&ctx, &ds, batch)? / batch as f64;
+            format!("{:>13.1} {:>7.1}x", per_token * 1e6, secs / per_token)
+        } else {
+            String::new()
+        };
         println!(
-            "{:<24} {:>6} {:>13} {:>9.1} {:>9.2} {:>7.0}%",
+            "{:<24} {:>6} {:>13} {:>9.1} {:>9.2} {:>7.0}% {prefill}",
             name.trim_end_matches(".weight"),
             t.ty.name(),
             format!("{}x{}", t.rows(), t.cols()),

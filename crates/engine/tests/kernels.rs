@@ -230,8 +230,16 @@ fn matvec_reference(
     (y, mag)
 }
 
+/// Both layouts, and row-per-thread without subgroups (the browser's code path).
+const MATVEC_LAYOUTS: [MatvecLayout; 3] = [
+    MatvecLayout::RowPerThread { subgroups: true },
+    MatvecLayout::RowPerThread { subgroups: false },
+    MatvecLayout::RowPerWorkgroup,
+];
+
 /// y = W x for every weight type, decode (1 token) and prefill tiles (partial last tile),
-/// split weights, and the accumulate (residual) form. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
+/// split weights, and the accumulate (residual) form. Row counts straddle the row-per-thread
+/// workgroup's 128 rows. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
 #[test]
 fn matvec_matches_reference() {
     let ctx = ctx_or_skip!();
@@ -245,7 +253,7 @@ fn matvec_matches_reference() {
                 (5, 8, Some(2000u64), true),
                 (1, 1, Some(1500), true),
             ] {
-                for layout in [MatvecLayout::RowPerThread, MatvecLayout::RowPerWorkgroup] {
+                for layout in MATVEC_LAYOUTS {
                     let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap)
                         .unwrap();
                     let x = randn(&mut r, tokens * cols, 1.0);
@@ -285,6 +293,84 @@ fn matvec_matches_reference() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// K/V straight into a cache: token t writes row pos0 + t; the other rows keep their
+/// sentinel. Block and unit weight types, every layout. Tolerance as above.
+#[test]
+fn matvec_into_cache_rows() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let (tokens, pos0, cache_rows) = (11usize, 5usize, 20usize);
+    for ty in [GgmlType::Q4_1, GgmlType::Q4K] {
+        let (rows, cols) = (45usize, test_cols(ty, 5, 1));
+        let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
+        let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, None).unwrap();
+        let x = randn(&mut r, tokens * cols, 1.0);
+        let (want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
+        for layout in MATVEC_LAYOUTS {
+            for tile in [1, ops::matvec::PREFILL_TILE] {
+                let sentinel = -3.25f32;
+                let cache = buf_f32(&ctx, &vec![sentinel; cache_rows * rows]);
+                let s = step(&ctx, tokens as u32, pos0 as u32);
+                let ds = ops::matvec::matvec_with(
+                    &ctx,
+                    layout,
+                    &w,
+                    &buf_f32(&ctx, &x),
+                    &cache,
+                    rows as u32,
+                    &s,
+                    tile,
+                    false,
+                    true,
+                )
+                .unwrap();
+                run(&ctx, &ds, tokens as u32);
+                let got = read(&ctx, &cache, cache_rows * rows);
+                for (i, &g) in got.iter().enumerate() {
+                    let (row, j) = (i / rows, i % rows);
+                    let what = format!("{ty:?} {layout:?} tile {tile}: cache row {row} col {j}");
+                    if (pos0..pos0 + tokens).contains(&row) {
+                        let k = (row - pos0) * rows + j;
+                        let err = (g as f64 - want[k]).abs();
+                        assert!(err <= 1e-5 * mag[k] + 1e-6, "{what}: {g} want {}", want[k]);
+                    } else {
+                        assert_eq!(g, sentinel, "{what} was overwritten");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Shapes the kernels cannot run are typed errors, not panics or garbage: columns that are
+/// not whole 8-weight units (at upload), y rows narrower than W, a tile of 0 tokens.
+#[test]
+fn matvec_rejects_bad_shapes() {
+    use lilypad_engine::EngineError;
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let f32_weight = |cols: u64, r: &mut StdRng| {
+        let data = randn(r, 3 * cols as usize, 1.0);
+        let bytes = bytemuck::cast_slice(&data);
+        GpuWeight::upload(&ctx, "w", GgmlType::F32, 3, cols, bytes, None)
+    };
+    let e = f32_weight(12, &mut r).err().expect("12 columns accepted");
+    assert!(matches!(e, EngineError::Shape { .. }), "{e}");
+    let w = f32_weight(16, &mut r).unwrap();
+    let x = buf_f32(&ctx, &[0.0; 48]);
+    let s = step(&ctx, 1, 0);
+    for layout in MATVEC_LAYOUTS {
+        for (stride, tile) in [(2, 1), (3, 0)] {
+            let ds =
+                ops::matvec::matvec_with(&ctx, layout, &w, &x, &x, stride, &s, tile, false, false);
+            let e = ds
+                .err()
+                .unwrap_or_else(|| panic!("{layout:?} stride {stride} tile {tile} accepted"));
+            assert!(matches!(e, EngineError::Shape { .. }), "{e}");
         }
     }
 }
