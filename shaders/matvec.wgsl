@@ -3,8 +3,9 @@
 // larger tile.
 // Macros: one weight type flag (see common/quant.wgsl), WG, TILE, ACCUMULATE (adds into y),
 // ROW_PER_THREAD (the layout for CPU-like adapters, below) and, with it, the weight family
-// (BLOCK32: Q4_0/Q4_1/Q8_0, KQUANT: Q4_K/Q5_K/Q6_K, neither: F16/BF16/F32), TILE8 (eight
-// tokens per thread) and SUBGROUPS (native only: activations shared by subgroup broadcasts).
+// (BLOCK32: Q4_0/Q4_1/Q8_0, KQUANT: Q4_K/Q5_K/Q6_K, neither: F16/BF16/F32), RPT rows per
+// thread (4, 8 with ROWS8, 16 with ROWS8 and ROWS16), TILE8 (eight tokens per thread) and
+// SUBGROUPS (native only: activations shared by subgroup broadcasts).
 
 struct Params {
     rows: u32,        // rows in this weight chunk
@@ -45,7 +46,7 @@ fn store(row: u32, t: u32, v: f32) {
 #if ROW_PER_THREAD
 // CPU adapters (lavapipe, SwiftShader) run a workgroup as SIMD lanes on one core, and every
 // storage load inside a loop is issued lane by lane with its own bounds check. So each thread
-// owns 16 rows (4 groups of 4) and TILE tokens, all unrolled: an activation load serves 16
+// owns RPT rows (groups of 4) and TILE tokens, all unrolled: an activation load serves RPT
 // rows, a weight load TILE tokens, weights come as whole vec4s, and there are no barriers.
 // All lanes stay active (rows past the end repeat the last row and are not stored) so that
 // subgroup broadcasts are defined. The code is straight-line throughout: loops left for the
@@ -357,27 +358,39 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     shared_x = sg_size == WG && WG == 8u;
     lane = sg_id;
 #endif
-    let row0 = ((wid.x + wid.z * nwg.x) * WG + tid) * 16u;
+    let row0 = ((wid.x + wid.z * nwg.x) * WG + tid) * RPT;
     let t0 = wid.y * TILE;
     let last = p.rows - 1u;
     let tl = step.n_tokens - 1u;
     let n_tile = min(TILE, step.n_tokens - min(t0, step.n_tokens));
     let steps = p.cols / (4u * XV);
     var a0: Acc;
+#if ROWS8
     var a1: Acc;
+#endif
+#if ROWS16
     var a2: Acc;
     var a3: Acc;
+#endif
     for (var c = 0u; c < steps; c++) {
         let xt = load_xt(t0, tl, c);
         a0 = rows4(row0, last, c, xt, a0);
+#if ROWS8
         a1 = rows4(row0 + 4u, last, c, xt, a1);
+#endif
+#if ROWS16
         a2 = rows4(row0 + 8u, last, c, xt, a2);
         a3 = rows4(row0 + 12u, last, c, xt, a3);
+#endif
     }
     store4(row0, t0, n_tile, a0);
+#if ROWS8
     store4(row0 + 4u, t0, n_tile, a1);
+#endif
+#if ROWS16
     store4(row0 + 8u, t0, n_tile, a2);
     store4(row0 + 12u, t0, n_tile, a3);
+#endif
 }
 #else
 // GPUs: one workgroup per row; threads stride over the row's units (coalesced loads) and

@@ -81,17 +81,7 @@ fn assert_close(got: &[f32], want: &[f64], rel: f64, floor: f64, what: &str) {
     }
 }
 
-const WEIGHT_TYPES: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::F32,
-];
+const WEIGHT_TYPES: &[GgmlType] = lilypad_engine::weights::SUPPORTED;
 
 /// A random finite f16: mostly a typical weight scale of either sign, sometimes any finite
 /// bit pattern (zero, subnormals, the largest value).
@@ -230,22 +220,35 @@ fn matvec_reference(
     (y, mag)
 }
 
-/// Both layouts, and row-per-thread without subgroups (the browser's code path).
-const MATVEC_LAYOUTS: [MatvecLayout; 3] = [
-    MatvecLayout::RowPerThread { subgroups: true },
-    MatvecLayout::RowPerThread { subgroups: false },
+/// Both layouts; row-per-thread with each rows-per-thread variant and the per-matrix choice,
+/// and without subgroups (the browser's code path).
+const MATVEC_LAYOUTS: [MatvecLayout; 6] = [
+    per_thread(true, None),
+    per_thread(true, Some(4)),
+    per_thread(true, Some(8)),
+    per_thread(true, Some(16)),
+    per_thread(false, None),
     MatvecLayout::RowPerWorkgroup,
 ];
 
+const fn per_thread(subgroups: bool, rows: Option<u32>) -> MatvecLayout {
+    MatvecLayout::RowPerThread { subgroups, rows }
+}
+
 /// y = W x for every weight type, decode (1 token) and prefill tiles (partial last tile),
-/// split weights, and the accumulate (residual) form. Row counts straddle the row-per-thread
-/// workgroup's 128 rows. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
+/// split weights, and the accumulate (residual) form. Row counts are odd and not multiples
+/// of any rows-per-workgroup (32, 64, 128) or of the rows per thread. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
 #[test]
 fn matvec_matches_reference() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
     for &ty in WEIGHT_TYPES {
-        for (rows, cols) in [(77usize, test_cols(ty, 3, 1)), (130, test_cols(ty, 19, 3))] {
+        // 1031 rows: enough for the per-matrix choice to take 16 rows per thread at decode.
+        for (rows, cols) in [
+            (77usize, test_cols(ty, 3, 1)),
+            (130, test_cols(ty, 19, 3)),
+            (1031, test_cols(ty, 2, 1)),
+        ] {
             let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
             for &(tokens, tile, cap, accumulate) in &[
                 (1usize, 1u32, None, false),

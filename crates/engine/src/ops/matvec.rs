@@ -7,20 +7,22 @@ use lilypad_gguf::GgmlType;
 
 /// Threads per workgroup in the workgroup-per-row layout.
 const WG: u32 = 64;
-/// Row-per-thread layout: one SIMD vector of llvmpipe (256-bit) per workgroup, and the
-/// shader's 16 rows per thread (four unrolled groups of four; see `shaders/matvec.wgsl`).
+/// Row-per-thread layout: one SIMD vector of llvmpipe (256-bit) per workgroup.
 const CPU_WG: u32 = 8;
-const CPU_ROWS: u32 = 16;
+/// Workgroups a decode matvec should at least have: lavapipe runs each on one core, so a
+/// matrix of a few workgroups leaves cores idle or unevenly loaded.
+const CPU_MIN_GROUPS: u64 = 8;
 /// Row-per-thread prefill: tokens per thread (the shader's unrolled tile).
 const CPU_TILE: u32 = 8;
 
 /// How threads share a matrix row (see `shaders/matvec.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatvecLayout {
-    /// 16 rows per thread, no barriers: fastest on CPU adapters (lavapipe, SwiftShader).
+    /// Several rows per thread, no barriers: fastest on CPU adapters (lavapipe, SwiftShader).
     /// `subgroups`: threads share activation loads through subgroup broadcasts where the
-    /// device has subgroups (native only; without, each thread loads its own).
-    RowPerThread { subgroups: bool },
+    /// device has subgroups (native only; without, each thread loads its own). `rows`: rows
+    /// per thread (4, 8 or 16), or `None` to choose per matrix ([`cpu_rows_per_thread`]).
+    RowPerThread { subgroups: bool, rows: Option<u32> },
     /// A workgroup per row with a shared-memory reduction: coalesced loads for GPUs.
     RowPerWorkgroup,
 }
@@ -28,7 +30,10 @@ pub enum MatvecLayout {
 impl MatvecLayout {
     /// CPU adapters get rows per thread; `LILYPAD_MATVEC=thread|workgroup` overrides.
     pub fn for_adapter(device_type: wgpu::DeviceType) -> Self {
-        let thread = Self::RowPerThread { subgroups: true };
+        let thread = Self::RowPerThread {
+            subgroups: true,
+            rows: None,
+        };
         match std::env::var("LILYPAD_MATVEC").as_deref() {
             Ok("thread") => thread,
             Ok("workgroup") => Self::RowPerWorkgroup,
@@ -36,6 +41,17 @@ impl MatvecLayout {
             _ => Self::RowPerWorkgroup,
         }
     }
+}
+
+/// Rows per thread of the row-per-thread layout for a matrix of `rows` rows. More rows per
+/// thread share each activation load among more rows (16 measured fastest), but decode
+/// needs [`CPU_MIN_GROUPS`] workgroups to keep the cores busy; prefill has a workgroup per
+/// tile of tokens as well.
+pub fn cpu_rows_per_thread(rows: u64, tile: u32) -> u32 {
+    [16, 8]
+        .into_iter()
+        .find(|&r| tile > 1 || rows >= (CPU_WG * r) as u64 * CPU_MIN_GROUPS)
+        .unwrap_or(4)
 }
 
 /// Tokens per workgroup in prefill: each decoded weight is reused this many times.
@@ -106,7 +122,7 @@ pub fn matvec_with(
             macros = macros.u32("WG", WG).u32("TILE", tile);
             (1, tile)
         }
-        MatvecLayout::RowPerThread { subgroups } => {
+        MatvecLayout::RowPerThread { subgroups, rows } => {
             let tile = if tile > 1 { CPU_TILE } else { 1 };
             macros = macros
                 .flag("ROW_PER_THREAD")
@@ -133,7 +149,22 @@ pub fn matvec_with(
             {
                 macros = macros.flag("SUBGROUPS");
             }
-            (CPU_WG * CPU_ROWS, tile)
+            let rpt = rows.unwrap_or_else(|| cpu_rows_per_thread(w.rows, tile));
+            if ![4, 8, 16].contains(&rpt) {
+                return Err(EngineError::Shape {
+                    op: "matvec",
+                    detail: format!("{}: {rpt} rows per thread", w.name),
+                });
+            }
+            // The shader unrolls groups of four rows: ROWS8 adds a second, ROWS16 two more.
+            macros = macros.u32("RPT", rpt);
+            if rpt >= 8 {
+                macros = macros.flag("ROWS8");
+            }
+            if rpt >= 16 {
+                macros = macros.flag("ROWS16");
+            }
+            (CPU_WG * rpt, tile)
         }
     };
     let pipeline = ctx.pipeline("matvec.wgsl", "matvec", &macros)?;
