@@ -410,6 +410,7 @@ impl Attention {
         }
         g.push(ops::attention::attention(
             g.ctx,
+            ops::attention::AttentionLayout::for_context(g.ctx),
             &a.q,
             &self.k_cache,
             &self.v_cache,
