@@ -198,10 +198,16 @@ pub fn run(
             .min(model.context as usize - gen_tokens - 1)
             .max(1),
     );
+    // One extra token for `generate` to feed on top of the timed prefill, so the prefilled
+    // state is extended rather than rewound (recurrent models cannot rewind, so `generate`
+    // over the same prompt would prefill it all again).
+    prompt.push(prompt[prompt.len() - 1]);
+    let prefilled = &prompt[..prompt.len() - 1];
     model.reset();
     let t = Instant::now();
-    pollster::block_on(model.eval(&prompt, Logits::Last))?;
+    pollster::block_on(model.eval(prefilled, Logits::Last))?;
     let prefill = t.elapsed().as_secs_f64();
+    let prefilled = prefilled.len();
     let mut stamps = Vec::new();
     let greedy = SamplingParams::greedy();
     pollster::block_on(
@@ -217,9 +223,9 @@ pub fn run(
     };
     println!(
         "prefill: {} tokens in {:.2} s = {:.1} tok/s",
-        prompt.len(),
+        prefilled,
         prefill,
-        prompt.len() as f64 / prefill
+        prefilled as f64 / prefill
     );
     println!(
         "decode:  {} tokens, {:.1} ms/token = {:.1} tok/s",
