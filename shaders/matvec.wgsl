@@ -5,7 +5,8 @@
 // ROW_PER_THREAD (the layout for CPU-like adapters, below) and, with it, the weight family
 // (BLOCK32: Q4_0/Q4_1/Q8_0, KQUANT: Q4_K/Q5_K/Q6_K, neither: F16/BF16/F32), RPT rows per
 // thread (4, 8 with ROWS8, 16 with ROWS8 and ROWS16), TILE8 (eight tokens per thread) and
-// SUBGROUPS (native only: activations shared by subgroup broadcasts).
+// SUBGROUPS (native only: activations shared by subgroup broadcasts) and SCALES4 (Q4_K/Q5_K:
+// the block's scale words as one vec4, bound again at binding 7).
 
 struct Params {
     rows: u32,        // rows in this weight chunk
@@ -23,6 +24,11 @@ struct Params {
 // per 4 words. `w_q` is left unbound; quant.wgsl's unit decoders refer to it.
 @group(0) @binding(0) var<storage, read> w_blocks: array<vec4<u32>>;
 @group(0) @binding(6) var<storage, read> w_q: array<u32>;
+#if SCALES4
+// Q4_K/Q5_K keep four scale words per super-block (d/dmin, then 12 bytes of 6-bit scales
+// and mins): the same buffer as w_s, read as one vec4 load instead of four scalar ones.
+@group(0) @binding(7) var<storage, read> w_s4: array<vec4<u32>>;
+#endif
 #else
 @group(0) @binding(0) var<storage, read> w_q: array<u32>;
 #endif
@@ -235,8 +241,15 @@ fn load_w(row: u32, c: u32) -> Ws {
 #else
     r.v = q;
 #endif
+#if SCALES4
+    let s = w_s4[blk];
+    _ = &w_s;
+    let dm = unpack2x16float(s.x);
+    let sm = scale_min_k4_words(s.yzw, k);
+#else
     let dm = unpack2x16float(w_s[4u * blk]);
     let sm = scale_min_k4(4u * blk, k);
+#endif
     r.d = dm.x * sm.xxzz;
     r.m = -dm.y * sm.yyww;
 #endif

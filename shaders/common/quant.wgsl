@@ -47,10 +47,15 @@ fn byte_fields(w: u32, shift: u32, mask: u32) -> vec4<f32> {
 // block whose w_s words start at `sb`, as (scale, min, scale, min). Both sub-blocks sit in
 // neighbouring bytes, so they are decoded together, one per byte lane.
 fn scale_min_k4(sb: u32, c: u32) -> vec4<f32> {
+    return scale_min_k4_words(vec3<u32>(w_s[sb + 1u], w_s[sb + 2u], w_s[sb + 3u]), c);
+}
+
+// scale_min_k4 on the block's three scale words, already loaded.
+fn scale_min_k4_words(s: vec3<u32>, c: u32) -> vec4<f32> {
     let sh = 16u * (c & 1u);
-    let s0 = w_s[sb + 1u] >> sh;
-    let s1 = w_s[sb + 2u] >> sh;
-    let s2 = w_s[sb + 3u] >> sh;
+    let s0 = s.x >> sh;
+    let s1 = s.y >> sh;
+    let s2 = s.z >> sh;
     // Sub-blocks 0..4: the low 6 bits of bytes j and j + 4. 4..8: a nibble of byte j + 4 and
     // the top 2 bits of bytes j - 4 and j.
     let hi = c >= 2u;

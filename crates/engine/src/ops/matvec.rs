@@ -117,6 +117,8 @@ pub fn matvec_with(
         macros = macros.flag("ACCUMULATE");
     }
     // Rows per workgroup and tokens per workgroup.
+    let scales4 = matches!(layout, MatvecLayout::RowPerThread { .. })
+        && matches!(w.ty, GgmlType::Q4K | GgmlType::Q5K);
     let (rows_per_group, tile) = match layout {
         MatvecLayout::RowPerWorkgroup => {
             macros = macros.u32("WG", WG).u32("TILE", tile);
@@ -136,7 +138,10 @@ pub fn matvec_with(
                 GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
                     macros = macros.flag("BLOCK32");
                 }
-                GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+                GgmlType::Q4K | GgmlType::Q5K => {
+                    macros = macros.flag("KQUANT").flag("SCALES4");
+                }
+                GgmlType::Q6K => {
                     macros = macros.flag("KQUANT");
                 }
                 _ => {}
@@ -183,18 +188,22 @@ pub fn matvec_with(
                     in_cache as u32,
                 ],
             );
-            Ok(Dispatch::new(
+            let mut bindings = vec![
+                (0, bind(&c.q)),
+                (1, bind(&c.s)),
+                (2, bind(x)),
+                (3, bind(y)),
+                (4, bind(&p)),
+                (5, bind(step)),
+            ];
+            if scales4 {
+                bindings.push((7, bind(&c.s)));
+            }
+            Ok(Dispatch::with_bindings(
                 ctx,
                 "matvec",
                 pipeline.clone(),
-                &[
-                    bind(&c.q),
-                    bind(&c.s),
-                    bind(x),
-                    bind(y),
-                    bind(&p),
-                    bind(step),
-                ],
+                &bindings,
                 Grid::PerTokens {
                     x: c.rows.div_ceil(rows_per_group),
                     per_y: tile,
