@@ -18,10 +18,14 @@ struct Params {
 @group(0) @binding(2) var<uniform> p: Params;
 @group(0) @binding(3) var<uniform> step: Step;
 
+// Element c of token wid.y's row (workgroups along y are tokens), or none past the row.
 fn index(wid: vec3<u32>, nwg: vec3<u32>, tid: u32) -> u32 {
-    return (wid.x + wid.z * nwg.x) * WG + tid;
+    let row = p.n_head * p.head_dim;
+    let c = (wid.x + wid.z * nwg.x) * WG + tid;
+    return select(NONE, wid.y * row + c, c < row && wid.y < step.n_tokens);
 }
 
+const NONE = 0xffffffffu;
 // Where x's element i (row i / head_dim) has its query in qg.
 fn query_at(i: u32) -> u32 {
     return i / p.head_dim * 2u * p.head_dim + i % p.head_dim;
@@ -31,7 +35,7 @@ fn query_at(i: u32) -> u32 {
 fn split_query(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) tid: u32) {
     let i = index(wid, nwg, tid);
-    if i < step.n_tokens * p.n_head * p.head_dim {
+    if i != NONE {
         x[i] = qg[query_at(i)];
     }
 }
@@ -40,7 +44,7 @@ fn split_query(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
 fn sigmoid_gate(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) tid: u32) {
     let i = index(wid, nwg, tid);
-    if i < step.n_tokens * p.n_head * p.head_dim {
+    if i != NONE {
         x[i] *= 1.0 / (1.0 + exp(-qg[query_at(i) + p.head_dim]));
     }
 }

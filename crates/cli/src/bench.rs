@@ -124,6 +124,7 @@ pub fn run(
     tok: &TextTokenizer,
     prompt_tokens: usize,
     gen_tokens: usize,
+    profile: bool,
 ) -> Result<()> {
     let ctx = model.gpu().clone();
     println!("adapter: {}", ctx.adapter);
@@ -234,5 +235,27 @@ pub fn run(
         1.0 / decode
     );
     println!("GPU memory: {} at context {}", model.plan, model.context);
+    if profile {
+        let batch = (model.max_batch as usize).min(prompt.len() - 1);
+        model.reset();
+        let prefill = model.profile_step(&prompt[..batch])?;
+        let decode = model.profile_step(&prompt[batch..=batch])?;
+        print_profile(&format!("prefill step ({batch} tokens)"), &prefill);
+        print_profile("decode step (1 token)", &decode);
+    }
     Ok(())
+}
+
+/// Per-kernel times of one step, each dispatch submitted and waited for on its own (so the
+/// total exceeds a normal step's by the submission overhead).
+fn print_profile(what: &str, times: &[(&str, f64)]) {
+    let total: f64 = times.iter().map(|t| t.1).sum();
+    println!("profile of a {what}: {:.1} ms in all", total * 1e3);
+    for (kernel, t) in times {
+        println!(
+            "  {kernel:24} {:10.2} ms {:5.1} %",
+            t * 1e3,
+            100.0 * t / total
+        );
+    }
 }

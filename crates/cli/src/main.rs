@@ -1,6 +1,7 @@
 //! `lilypad`: run GGUF models on the GPU from the command line.
 
 mod bench;
+mod checkpoint;
 mod download;
 mod solve;
 mod synth;
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
+use checkpoint::{ModelBytes, Quantize};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use lilypad_engine::{
@@ -35,8 +37,11 @@ struct Cli {
 enum Command {
     /// Architecture, tensors, quant types, parameter count and the GPU memory a model needs.
     Inspect {
-        /// GGUF path or URL.
+        /// GGUF path or URL, or a Hugging Face checkpoint folder.
         model: String,
+        /// What a checkpoint folder's matrices are quantized to on load.
+        #[arg(long, value_enum, default_value_t)]
+        quantize: Quantize,
         /// List every tensor.
         #[arg(long)]
         tensors: bool,
@@ -94,6 +99,9 @@ enum Command {
         prompt_tokens: usize,
         #[arg(long, default_value_t = 32)]
         gen_tokens: usize,
+        /// Also time each kernel of one prefill step and one decode step on its own.
+        #[arg(long)]
+        profile: bool,
     },
     /// List GPU adapters (pick one with LILYPAD_ADAPTER=name-or-index).
     Adapters,
@@ -107,9 +115,13 @@ enum Command {
 
 #[derive(Args)]
 struct ModelArgs {
-    /// GGUF path or http(s) URL (downloaded once into the cache).
+    /// GGUF path or http(s) URL (downloaded once into the cache), or a Hugging Face
+    /// checkpoint folder (config.json, *.safetensors, tokenizer.json) converted on load.
     #[arg(long, short)]
     model: String,
+    /// What a checkpoint folder's matrices are quantized to on load.
+    #[arg(long, value_enum, default_value_t)]
+    quantize: Quantize,
     /// Expected sha256 of a downloaded model.
     #[arg(long)]
     sha256: Option<String>,
@@ -166,9 +178,10 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Inspect {
             model,
+            quantize,
             tensors,
             context,
-        } => inspect(&model, tensors, context),
+        } => inspect(&model, quantize, tensors, context),
         Command::Generate {
             model,
             prompt,
@@ -211,6 +224,7 @@ fn run(cli: Cli) -> Result<()> {
             model,
             prompt_tokens,
             gen_tokens,
+            profile,
         } => {
             let mut lm = Loaded::open(&model)?;
             bench::run(
@@ -220,6 +234,7 @@ fn run(cli: Cli) -> Result<()> {
                 &lm.tok,
                 prompt_tokens,
                 gen_tokens,
+                profile,
             )
         }
         Command::Adapters => {
@@ -240,19 +255,40 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Opens a GGUF (a path or a URL, downloaded once) or converts a checkpoint folder.
 fn open_file(
     spec: &str,
     sha256: Option<&str>,
+    quantize: Quantize,
     quiet: bool,
-) -> Result<(PathBuf, MmapSource, GgufFile)> {
-    let path = download::resolve_model(spec, &download::default_cache_dir(), sha256, quiet)?;
-    let src = MmapSource::open(&path).with_context(|| format!("opening {}", path.display()))?;
+) -> Result<(PathBuf, ModelBytes, GgufFile)> {
+    let local = std::path::Path::new(spec);
+    let (path, src) = if checkpoint::is_checkpoint(local) {
+        if !quiet {
+            eprintln!("converting {spec} ({quantize:?})");
+        }
+        let bytes = checkpoint::convert(local, quantize)?;
+        (local.to_path_buf(), ModelBytes::Converted(bytes))
+    } else {
+        let path = download::resolve_model(spec, &download::default_cache_dir(), sha256, quiet)?;
+        let map = MmapSource::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        (path, ModelBytes::Mapped(map))
+    };
     let file = GgufFile::read(&src).with_context(|| format!("reading {}", path.display()))?;
     Ok((path, src, file))
 }
 
-fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
-    let (path, _src, file) = open_file(spec, None, false)?;
+/// The model's tokenizer: a checkpoint folder's `tokenizer.json`, or the GGUF's vocabulary.
+fn open_tokenizer(path: &std::path::Path, file: &GgufFile) -> Result<TextTokenizer> {
+    if checkpoint::is_checkpoint(path) {
+        checkpoint::tokenizer(path)
+    } else {
+        Ok(TextTokenizer::from_gguf(&file.metadata)?)
+    }
+}
+
+fn inspect(spec: &str, quantize: Quantize, list: bool, context: Option<u32>) -> Result<()> {
+    let (path, _src, file) = open_file(spec, None, quantize, false)?;
     let md = &file.metadata;
     println!(
         "file:         {} ({} bytes, GGUF v{})",
@@ -303,7 +339,7 @@ fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
         }
         Err(e) => println!("runnable:     no: {e}"),
     }
-    match TextTokenizer::from_gguf(md) {
+    match open_tokenizer(&path, &file) {
         Ok(t) => println!(
             "tokenizer:    {} tokens, BOS {:?} (added: {}), EOS {:?}, chat template: {}",
             t.vocab_size(),
@@ -331,13 +367,18 @@ pub struct Loaded {
     pub model: Model,
     pub tok: TextTokenizer,
     pub file: GgufFile,
-    pub src: MmapSource,
+    pub src: ModelBytes,
 }
 
 impl Loaded {
     fn open(args: &ModelArgs) -> Result<Self> {
-        let (_path, src, file) = open_file(&args.model, args.sha256.as_deref(), args.quiet)?;
-        let tok = TextTokenizer::from_gguf(&file.metadata)?;
+        let (path, src, file) = open_file(
+            &args.model,
+            args.sha256.as_deref(),
+            args.quantize,
+            args.quiet,
+        )?;
+        let tok = open_tokenizer(&path, &file)?;
         let mut opts = AdapterOptions::from_env();
         if let Some(a) = &args.adapter {
             opts.name = Some(a.clone());

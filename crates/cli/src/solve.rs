@@ -22,7 +22,11 @@ pub struct SolveArgs {
     #[arg(long)]
     repo: PathBuf,
     /// The task, as text.
-    #[arg(long, required_unless_present = "task_file", conflicts_with = "task_file")]
+    #[arg(
+        long,
+        required_unless_present = "task_file",
+        conflicts_with = "task_file"
+    )]
     task: Option<String>,
     /// The task, from a file.
     #[arg(long)]
@@ -51,10 +55,13 @@ pub struct SolveArgs {
 pub fn run(args: &SolveArgs) -> Result<()> {
     let task = match (&args.task, &args.task_file) {
         (Some(t), _) => t.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
+        }
         (None, None) => bail!("give --task or --task-file"),
     };
-    let mut repo = DiskRepo::open(&args.repo).with_context(|| format!("opening repository {}", args.repo.display()))?;
+    let mut repo = DiskRepo::open(&args.repo)
+        .with_context(|| format!("opening repository {}", args.repo.display()))?;
     let out = match &args.out {
         Some(o) => o.clone(),
         None => default_out_dir(&args.repo),
@@ -63,7 +70,9 @@ pub fn run(args: &SolveArgs) -> Result<()> {
     let loaded = Loaded::open(&args.model)?;
     let name = Path::new(&args.model.model)
         .file_name()
-        .map_or(args.model.model.clone(), |n| n.to_string_lossy().into_owned());
+        .map_or(args.model.model.clone(), |n| {
+            n.to_string_lossy().into_owned()
+        });
     let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
     let mut toolbox = Toolbox::new(Box::new(NativeShell::new(PathBuf::from(repo.root()))));
     let config = AgentConfig {
@@ -130,14 +139,21 @@ pub fn run(args: &SolveArgs) -> Result<()> {
         return Err(e);
     }
     save(&trajectory, &traj_path, &patch_path)?;
-    let exit = trajectory.exit.as_ref().map_or("unknown".into(), |e| format!("{e:?}"));
+    let exit = trajectory
+        .exit
+        .as_ref()
+        .map_or("unknown".into(), |e| format!("{e:?}"));
     eprintln!(
         "\nfinished: {exit} after {} steps ({} tokens evaluated, {} generated)",
         trajectory.steps.len(),
         trajectory.prefilled_tokens(),
         trajectory.generated_tokens()
     );
-    eprintln!("patch:      {} ({} lines)", patch_path.display(), trajectory.patch.lines().count());
+    eprintln!(
+        "patch:      {} ({} lines)",
+        patch_path.display(),
+        trajectory.patch.lines().count()
+    );
     eprintln!("trajectory: {}", traj_path.display());
     Ok(())
 }
@@ -156,7 +172,11 @@ fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
 
 fn preview(text: &str, max_lines: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
-    let mut out: String = lines.iter().take(max_lines).map(|l| format!("  │ {}\n", truncate(l, 160))).collect();
+    let mut out: String = lines
+        .iter()
+        .take(max_lines)
+        .map(|l| format!("  │ {}\n", truncate(l, 160)))
+        .collect();
     if lines.len() > max_lines {
         out.push_str(&format!("  │ … {} more lines\n", lines.len() - max_lines));
     }
@@ -180,5 +200,9 @@ fn default_out_dir(repo: &Path) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let models = crate::download::default_cache_dir();
-    models.parent().unwrap_or(&models).join("runs").join(format!("{name}-{stamp}"))
+    models
+        .parent()
+        .unwrap_or(&models)
+        .join("runs")
+        .join(format!("{name}-{stamp}"))
 }

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use lilypad_tokenizer::TextTokenizer;
 
 #[derive(Args)]
 pub struct TokenizeArgs {
@@ -56,8 +55,13 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         }
         (None, None) => bail!("give --text or --file"),
     };
-    let (_path, _src, file) = crate::open_file(&args.model, None, false)?;
-    let mut tok = TextTokenizer::from_gguf(&file.metadata)?;
+    let local = std::path::Path::new(&args.model);
+    let mut tok = if crate::checkpoint::is_checkpoint(local) {
+        crate::checkpoint::tokenizer(local)?
+    } else {
+        let (path, _src, file) = crate::open_file(&args.model, None, crate::Quantize::None, false)?;
+        crate::open_tokenizer(&path, &file)?
+    };
     if args.no_bos {
         tok.add_bos = false;
     }

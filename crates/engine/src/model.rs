@@ -39,7 +39,10 @@ impl MemoryPlan {
     /// than the adapter's binding or buffer limit. Weights are split, so never refused here.
     pub fn check_fits(&self, ctx: &GpuContext, context: u32) -> Result<()> {
         let limits = [
-            (ctx.limits.max_storage_buffer_binding_size, "largest storage binding"),
+            (
+                ctx.limits.max_storage_buffer_binding_size,
+                "largest storage binding",
+            ),
             (ctx.limits.max_buffer_size, "largest buffer"),
         ];
         for (allowed, what) in limits {
@@ -319,16 +322,7 @@ impl Model {
             .queue
             .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(chunk));
         if pos0 == 0 {
-            // A new sequence: recurrent state starts from zero (caches need no clearing,
-            // attention reads only the rows written in this sequence).
-            for s in self
-                .state
-                .iter()
-                .flatten()
-                .filter(|s| s.row_bytes.is_none())
-            {
-                encoder.clear_buffer(&s.buffer, 0, None);
-            }
+            self.clear_recurrent_state(encoder);
         }
         let graph = if n == 1 {
             &self.decode_graph
@@ -368,6 +362,19 @@ impl Model {
         }
     }
 
+    /// A new sequence: recurrent state starts from zero (caches need no clearing, attention
+    /// reads only the rows written in this sequence).
+    fn clear_recurrent_state(&self, encoder: &mut wgpu::CommandEncoder) {
+        for s in self
+            .state
+            .iter()
+            .flatten()
+            .filter(|s| s.row_bytes.is_none())
+        {
+            encoder.clear_buffer(&s.buffer, 0, None);
+        }
+    }
+
     /// Evaluates `tokens` after the cached ones. Returns logits per `want`:
     /// nothing, the last position's row, or every position's rows (row-major, vocab wide).
     pub async fn eval(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
@@ -397,6 +404,63 @@ impl Model {
             }
         }
         Ok(out)
+    }
+
+    /// Times each kernel of one step over `tokens` (the decode graph for one token, the
+    /// prefill graph for more) by submitting and waiting for every dispatch on its own.
+    /// Returns (kernel, seconds) summed per kernel name, slowest first. The state advances
+    /// as after `eval`. Native only: it blocks on the device.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn profile_step(&mut self, tokens: &[u32]) -> Result<Vec<(&'static str, f64)>> {
+        self.check_tokens(tokens)?;
+        if tokens.is_empty() || tokens.len() > self.max_batch as usize {
+            return Err(EngineError::Shape {
+                op: "profile_step",
+                detail: format!("{} tokens (1..={})", tokens.len(), self.max_batch),
+            });
+        }
+        let n = tokens.len() as u32;
+        let pos0 = self.tokens.len() as u32;
+        ops::write_step(&self.ctx, &self.io.step, Step::new(n, pos0));
+        self.ctx
+            .queue
+            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(tokens));
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        if pos0 == 0 {
+            self.clear_recurrent_state(&mut encoder);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        self.wait()?;
+        let graph = if n == 1 {
+            &self.decode_graph
+        } else {
+            &self.prefill_graph
+        };
+        // The head runs on one row (the last token's), as in `eval`.
+        let steps = graph.iter().map(|d| (d, n));
+        let steps = steps.chain(self.head_last.iter().map(|d| (d, 1)));
+        let mut times = std::collections::BTreeMap::<&'static str, f64>::new();
+        for (d, rows) in steps {
+            let t = std::time::Instant::now();
+            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                d.record(&mut pass, rows);
+            }
+            self.ctx.queue.submit([encoder.finish()]);
+            self.wait()?;
+            *times.entry(d.label).or_default() += t.elapsed().as_secs_f64();
+        }
+        self.tokens.extend_from_slice(tokens);
+        let mut times: Vec<_> = times.into_iter().collect();
+        times.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(times)
+    }
+
+    #[cfg(not(target_arch = "wasm32"))]
+    fn wait(&self) -> Result<()> {
+        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+        self.ctx.check()
     }
 
     /// Evaluates `tokens` and samples the next token on the GPU; only 4 bytes come back.

@@ -669,7 +669,7 @@ fn elementwise_matches_reference() {
         .unwrap();
     run(
         &ctx,
-        &[ops::elementwise::silu_mul(&ctx, &ab, &bb, &out, row, max_tokens, &s).unwrap()],
+        &[ops::elementwise::silu_mul(&ctx, &ab, &bb, &out, row, &s).unwrap()],
         tokens,
     );
     let live = (row * tokens) as usize;
@@ -683,7 +683,7 @@ fn elementwise_matches_reference() {
     assert_close(&got, &want, 1e-5, 1e-6, "silu_mul");
     run(
         &ctx,
-        &[ops::elementwise::add(&ctx, &ab, &bb, row, max_tokens, &s).unwrap()],
+        &[ops::elementwise::add(&ctx, &ab, &bb, row, &s).unwrap()],
         tokens,
     );
     let got = read(&ctx, &ab, n);

@@ -496,7 +496,6 @@ impl Mlp {
             &a.ffn_up,
             &a.ffn_act,
             f,
-            g.max_batch,
             g.step,
         )?);
         g.matvec(&self.down, &a.ffn_act, &a.x, n_embd, Write::Add)

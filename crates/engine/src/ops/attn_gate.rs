@@ -1,6 +1,6 @@
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
-use crate::kernels::{Dispatch, Grid, Macros, fold_grid};
+use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::{bind, params};
 
 const WG: u32 = 256;
@@ -58,14 +58,17 @@ impl GatedHeads {
         }
         let pipeline = ctx.pipeline("attn_gate.wgsl", entry, &Macros::new().u32("WG", WG))?;
         let p = params(ctx, entry, &[self.n_head, self.head_dim]);
-        // Sized for the largest step; threads past n_tokens · row exit.
-        let (gx, gz) = fold_grid((row as u32 * self.max_tokens).div_ceil(WG));
+
         Ok(Dispatch::new(
             ctx,
             entry,
             pipeline,
             &[bind(qg), bind(x), bind(&p), bind(step)],
-            Grid::Fixed([gx, 1, gz]),
+            // A row of workgroups per token of the step.
+            Grid::PerTokens {
+                x: (row as u32).div_ceil(WG),
+                per_y: 1,
+            },
         ))
     }
 }

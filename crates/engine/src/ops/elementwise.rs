@@ -5,12 +5,12 @@ use crate::ops::{bind, params};
 
 const WG: u32 = 256;
 
-fn grid(row: u32, max_tokens: u32) -> Grid {
-    // Sized for the largest step; threads past n_tokens * row exit.
-    Grid::Fixed({
-        let (x, z) = crate::kernels::fold_grid((row * max_tokens).div_ceil(WG));
-        [x, 1, z]
-    })
+fn grid(row: u32) -> Grid {
+    // A row of workgroups per token of the step.
+    Grid::PerTokens {
+        x: row.div_ceil(WG),
+        per_y: 1,
+    }
 }
 
 /// a[t, ..row] += b[t, ..row] for the step's tokens.
@@ -19,7 +19,6 @@ pub fn add(
     a: &wgpu::Buffer,
     b: &wgpu::Buffer,
     row: u32,
-    max_tokens: u32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     let pipeline = ctx.pipeline("elementwise.wgsl", "add", &Macros::new().u32("WG", WG))?;
@@ -29,7 +28,7 @@ pub fn add(
         "add",
         pipeline,
         &entries(a, b, None, &p, step),
-        grid(row, max_tokens),
+        grid(row),
     ))
 }
 
@@ -40,7 +39,6 @@ pub fn silu_mul(
     b: &wgpu::Buffer,
     out: &wgpu::Buffer,
     row: u32,
-    max_tokens: u32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     let pipeline = ctx.pipeline("elementwise.wgsl", "silu_mul", &Macros::new().u32("WG", WG))?;
@@ -50,7 +48,7 @@ pub fn silu_mul(
         "silu_mul",
         pipeline,
         &entries(a, b, Some(out), &p, step),
-        grid(row, max_tokens),
+        grid(row),
     ))
 }
 
