@@ -7,6 +7,10 @@ use crate::ops::{bind, params};
 const WG: u32 = 64;
 /// Tokens per workgroup of the per-thread layout (`shaders/attention.wgsl`).
 const LANES: u32 = 8;
+/// Widest head the per-thread layout takes: a thread keeps a whole K/V row and its output
+/// in registers, and past this they spill (FrogNano's 256-wide heads ran several times
+/// slower per-thread than per-workgroup on lavapipe).
+const PER_THREAD_MAX_DIM: u32 = 128;
 
 /// How threads share the work (see `shaders/attention.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,8 +33,8 @@ impl AttentionLayout {
 
 /// Causal GQA: out[t, h] = softmax(q[t, h] · K[..=pos0+t, h / group] · scale) · V.
 /// q, out: [T, n_head, head_dim]; k, v: one layer's cache [ctx, n_kv, head_dim].
-/// The per-thread layout needs head_dim % 4 == 0 (vec4 rows); other head dims fall back to
-/// the workgroup layout.
+/// The per-thread layout needs head_dim % 4 == 0 (vec4 rows) and at most
+/// `PER_THREAD_MAX_DIM`; other head dims fall back to the workgroup layout.
 pub fn attention(
     ctx: &GpuContext,
     layout: AttentionLayout,
@@ -51,7 +55,9 @@ pub fn attention(
         });
     }
     let (macros, per_y) = match layout {
-        AttentionLayout::PerThread { subgroups } if head_dim % 4 == 0 => {
+        AttentionLayout::PerThread { subgroups }
+            if head_dim % 4 == 0 && head_dim <= PER_THREAD_MAX_DIM =>
+        {
             let mut m = Macros::new().flag("PER_THREAD").u32("HD4", head_dim / 4);
             // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).
             if subgroups
