@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the browser engine: crates/wasm for wasm32 (toolchain: wasm-cargo.sh), its JS glue
+# with wasm-bindgen (installed once into the cache, at exactly the crate's version), and
+# wasm-opt where it is installed. Output: web/src/wasm/ (lilypad_wasm.js, .wasm, .d.ts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+OUT=web/src/wasm
+TOOLS="$LILYPAD_CACHE/tools"
+
+scripts/wasm-cargo.sh build --release -p lilypad-wasm
+WASM="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/lilypad_wasm.wasm"
+
+# The CLI must match the wasm-bindgen crate in Cargo.lock exactly, or the glue is refused.
+version="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"
+BINDGEN="$TOOLS/bin/wasm-bindgen"
+if [[ ! -x "$BINDGEN" ]] || [[ "$("$BINDGEN" --version)" != "wasm-bindgen $version" ]]; then
+    echo "build-wasm: installing wasm-bindgen-cli $version into $TOOLS" >&2
+    CARGO_TARGET_DIR="$TOOLS/target" cargo install --quiet --force \
+        wasm-bindgen-cli --version "$version" --root "$TOOLS"
+fi
+
+rm -rf "$OUT"
+"$BINDGEN" --target web --out-dir "$OUT" "$WASM"
+if command -v wasm-opt >/dev/null 2>&1; then
+    # Features rustc enables by default for wasm32; an older binaryen that lacks one is skipped.
+    if wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+        --enable-mutable-globals --enable-reference-types --enable-multivalue \
+        "$OUT/lilypad_wasm_bg.wasm" -o "$OUT/lilypad_wasm_bg.opt.wasm"; then
+        mv "$OUT/lilypad_wasm_bg.opt.wasm" "$OUT/lilypad_wasm_bg.wasm"
+    else
+        rm -f "$OUT/lilypad_wasm_bg.opt.wasm"
+        echo "build-wasm: wasm-opt failed; keeping the unoptimised module" >&2
+    fi
+else
+    echo "build-wasm: wasm-opt not found (Debian: binaryen); the module is not size-optimised" >&2
+fi
+raw=$(stat -c %s "$OUT/lilypad_wasm_bg.wasm")
+gz=$(gzip -9 -c "$OUT/lilypad_wasm_bg.wasm" | wc -c)
+echo "build-wasm: $OUT/lilypad_wasm_bg.wasm: $raw bytes, $gz gzipped" >&2
