@@ -23,15 +23,22 @@ fi
 
 rm -rf "$OUT"
 "$BINDGEN" --target web --out-dir "$OUT" "$WASM"
+# Instantiates the module in Node: an old binaryen can emit a module that fails at start-up.
+starts() {
+    node --input-type=module -e "
+        import { initSync } from '$PWD/$OUT/lilypad_wasm.js';
+        import { readFileSync } from 'node:fs';
+        initSync({ module: readFileSync(process.argv[1]) });" "$1" 2>/dev/null
+}
 if command -v wasm-opt >/dev/null 2>&1; then
-    # Features rustc enables by default for wasm32; an older binaryen that lacks one is skipped.
+    # The features rustc enables by default for wasm32.
     if wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
         --enable-mutable-globals --enable-reference-types --enable-multivalue \
-        "$OUT/lilypad_wasm_bg.wasm" -o "$OUT/lilypad_wasm_bg.opt.wasm"; then
-        mv "$OUT/lilypad_wasm_bg.opt.wasm" "$OUT/lilypad_wasm_bg.wasm"
+        "$OUT/lilypad_wasm_bg.wasm" -o "$OUT/opt.wasm" && starts "$OUT/opt.wasm"; then
+        mv "$OUT/opt.wasm" "$OUT/lilypad_wasm_bg.wasm"
     else
-        rm -f "$OUT/lilypad_wasm_bg.opt.wasm"
-        echo "build-wasm: wasm-opt failed; keeping the unoptimised module" >&2
+        rm -f "$OUT/opt.wasm"
+        echo "build-wasm: $(wasm-opt --version) could not optimise the module; keeping it as built" >&2
     fi
 else
     echo "build-wasm: wasm-opt not found (Debian: binaryen); the module is not size-optimised" >&2

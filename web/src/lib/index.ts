@@ -25,6 +25,8 @@ export interface CreateEngineOptions extends LoadOptions {
   /** A URL (downloaded with Range requests and cached in OPFS), or a local File / Blob. */
   model: string | URL | File | Blob;
   onProgress?: (p: Progress) => void;
+  /** Cancels the download or upload; createEngine then rejects with code "aborted". */
+  signal?: AbortSignal;
 }
 
 /** OpenAI chat messages; `content` may also be an array of text parts. */
@@ -397,18 +399,23 @@ export async function createEngine(options: CreateEngineOptions): Promise<Engine
   if (!('gpu' in navigator)) {
     throw new LilypadError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing); use a recent Chrome, Edge or Safari');
   }
-  const { model, onProgress, ...load } = options;
+  const { model, onProgress, signal, ...load } = options;
   const source: ModelSource =
     typeof model === 'string' || model instanceof URL
       ? { kind: 'url', url: new URL(model, location.href).href }
       : { kind: 'blob', blob: model, name: model instanceof File ? model.name : 'model.gguf' };
   const worker = new Worker(new URL('./worker.ts', import.meta.url), { type: 'module', name: 'lilypad-engine' });
   const engine = new Engine(worker);
+  const abort = () => engine.abort();
+  signal?.addEventListener('abort', abort);
   try {
+    signal?.throwIfAborted();
     await engine.load(source, load, onProgress);
   } catch (e) {
     worker.terminate();
     throw e instanceof LilypadError ? e : toError(errorData(e));
+  } finally {
+    signal?.removeEventListener('abort', abort);
   }
   return engine;
 }

@@ -12,27 +12,30 @@ import { type ModelReader, blobReader, fileReader } from './readers';
 
 const ready = init();
 let engine: Engine | undefined;
+let adapterInfo: GPUAdapterInfo | undefined;
 let aborted = false;
 let download: AbortController | undefined;
 
 const post = (m: FromWorker) => postMessage(m);
 
-/** Throws a LilypadError when the browser offers no WebGPU adapter. */
-async function requireWebGpu(): Promise<void> {
+/** The browser's adapter description; throws a LilypadError when there is no adapter. */
+async function requireWebGpu(): Promise<GPUAdapterInfo> {
   const gpu = (navigator as Navigator & { gpu?: GPU }).gpu;
   if (!gpu) {
     throw new LilypadError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing); use a recent Chrome, Edge or Safari');
   }
-  if (!(await gpu.requestAdapter())) {
+  const adapter = await gpu.requestAdapter();
+  if (!adapter) {
     throw new LilypadError('no-webgpu', 'WebGPU is present but offers no adapter (it may be disabled or blocklisted for this GPU)');
   }
+  return adapter.info;
 }
 
 async function load(id: number, source: ModelSource, options: LoadOptions): Promise<unknown> {
   const started = performance.now();
   const progress = (p: Progress) => post({ id, type: 'progress', progress: p });
   await ready;
-  await requireWebGpu();
+  const adapter = (adapterInfo = await requireWebGpu());
   engine?.unload();
   engine = undefined;
 
@@ -79,7 +82,16 @@ async function load(id: number, source: ModelSource, options: LoadOptions): Prom
     file?.close();
   }
   progress({ phase: 'ready', fromCache, seconds: (performance.now() - started) / 1e3 });
-  return engine.info();
+  return info(adapter);
+}
+
+/** The engine's info, with the adapter named from the browser's description (wgpu gets no name). */
+function info(adapter?: GPUAdapterInfo) {
+  const i = loaded().info() as { adapter: { name: string } };
+  if (!i.adapter.name && adapter) {
+    i.adapter.name = [adapter.vendor, adapter.architecture, adapter.description].filter(Boolean).join(' ') || 'WebGPU adapter';
+  }
+  return i;
 }
 
 function loaded(): Engine {
@@ -102,7 +114,7 @@ async function handle(m: Exclude<ToWorker, { type: 'abort' }>): Promise<unknown>
     case 'complete':
       return loaded().complete(m.request, streamText(m.id));
     case 'info':
-      return loaded().info();
+      return info(adapterInfo);
     case 'reset':
       return loaded().reset();
     case 'unload':
