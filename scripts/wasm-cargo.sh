@@ -21,11 +21,14 @@ if have_rustup_target; then
     exec cargo "$cmd" --target "$TARGET" "$@"
 fi
 
-if command -v rustup >/dev/null 2>&1; then
+# A failed attempt is remembered for an hour, so one CI run waits for it only once.
+FAILED="${LILYPAD_CACHE:-$HOME/.cache/lilypad}/rustup-wasm32-failed"
+if command -v rustup >/dev/null 2>&1 && ! [[ -n "$(find "$FAILED" -mmin -60 2>/dev/null)" ]]; then
     echo "wasm-cargo: installing $TARGET with rustup" >&2
     if timeout 120 rustup target add "$TARGET" && have_rustup_target; then
         exec cargo "$cmd" --target "$TARGET" "$@"
     fi
+    mkdir -p "$(dirname "$FAILED")" && touch "$FAILED"
     echo "wasm-cargo: rustup could not install $TARGET; using Debian's rustc-web" >&2
 fi
 

@@ -173,6 +173,15 @@ try {
   const cachedList = await page.locator('#cached li[data-url]').count();
   assert.ok(cachedList >= 1, 'the cached model is listed');
 
+  step('weights split across buffers, as under a 128 MiB binding limit');
+  // 8 MiB buffers split the 30 MB Q8_0 embedding / output head (49152 rows) into four.
+  await page.goto(`${server.url}/?maxChunkBytes=${8 << 20}`);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+  const split = await loadModel(preset('smollm2-135m'));
+  assert.equal(split.state, 'ready', JSON.stringify(await errorShown()));
+  const splitAnswer = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
+  assert.deepEqual(splitAnswer.tokens, nativeIds);
+
   step('errors: 404, truncated file, garbage file');
   for (const [path, code] of [
     ['/models/missing.gguf', 'not-found'],

@@ -43,6 +43,9 @@ const ui = {
 
 type State = 'idle' | 'loading' | 'ready' | 'generating' | 'error';
 
+/** `?maxChunkBytes=N` caps each weight buffer, as a small GPU's binding limit would (tests). */
+const maxChunkBytes = Number(new URLSearchParams(location.search).get('maxChunkBytes')) || undefined;
+
 let engine: Engine | undefined;
 let loading: AbortController | undefined;
 let lastSource: string | File | undefined;
@@ -127,7 +130,7 @@ async function load(source: string | File | undefined = chosenSource()) {
   const started = performance.now();
   try {
     loading = new AbortController();
-    engine = await createEngine({ model: source, onProgress, signal: loading.signal });
+    engine = await createEngine({ model: source, onProgress, signal: loading.signal, maxChunkBytes });
     document.body.dataset.loadMs = String(Math.round(performance.now() - started));
     await showInfo(engine);
     clearConversation();
