@@ -150,7 +150,7 @@ async function load(source: string | File | undefined = chosenSource()) {
 async function showInfo(e: Engine) {
   const { adapter, model } = await e.info();
   const rows: Array<[string, string]> = [
-    ['Adapter', `${adapter.name} (${adapter.backend}${adapter.driver ? `, ${adapter.driver}` : ''})`],
+    ['Adapter', `${adapter.name} (${adapter.backend}, ${adapter.device_type}${adapter.driver ? `, ${adapter.driver}` : ''})`],
     ['Features', adapter.features.join(', ') || 'none'],
     ['Max storage binding', mib(adapter.max_storage_buffer_binding_size)],
     ['Model', `${model.name}: ${model.architecture}, ${model.layers} layers, ${(model.parameters / 1e6).toFixed(0)}M parameters`],
