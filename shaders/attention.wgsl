@@ -3,7 +3,8 @@
 // Token t sits at position pos0 + t and sees cache positions 0 ..= pos0 + t.
 // Positions are visited in chunks of WG with an online softmax (running max and sum), so
 // no score buffer is needed and the context length is bounded only by the cache.
-// Macros: WG (chunk size and threads), MAX_D = ceil(head_dim / WG) accumulators per thread.
+// Macros: WG (chunk size and threads), MAX_D = ceil(head_dim / WG) accumulators per thread;
+// or PER_THREAD (CPU adapters, below) with HD4 = head_dim / 4 and optionally SUBGROUPS.
 
 #include "common/step.wgsl"
 
@@ -14,6 +15,134 @@ struct Params {
     scale: f32,
 }
 
+#if PER_THREAD
+// CPU adapters (lavapipe): a workgroup is one SIMD vector of 8 lanes, every barrier a
+// coroutine switch and every storage load issued lane by lane. So a thread owns one (head,
+// token) query with its head_dim accumulators in registers, the 8 lanes are 8 consecutive
+// tokens of one head, and each K/V row (the same for all of them) is loaded once per
+// workgroup: lane i loads vec4s i, i + 8, … and subgroup shuffles hand them to the others
+// (without subgroups every lane loads the whole row). No barriers, no shared memory.
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(5) var<uniform> step: Step;
+
+const NEG_BIG: f32 = -3.0e38;
+const LANES = 8u;
+// Positions scored before the running max and the accumulators are rescaled.
+const CHUNK = 8u;
+// vec4s of a row that each lane loads for the others.
+const SLOTS = (HD4 + LANES - 1u) / LANES;
+
+alias Row = array<vec4<f32>, HD4>;
+
+var<private> lane: u32;
+var<private> shared_rows: bool;
+
+// A row from this lane's share of it (vec4s lane, lane + 8, …).
+fn spread(mine: array<vec4<f32>, SLOTS>) -> Row {
+    var r: Row;
+#if SUBGROUPS
+    for (var i = 0u; i < HD4; i++) {
+        r[i] = subgroupShuffle(mine[i / LANES], i % LANES);
+    }
+#endif
+    return r;
+}
+
+// Element i of K (which = 0) or V (1): one row loader for both, folded at each call.
+fn kv(which: u32, i: u32) -> vec4<f32> {
+    if which == 0u {
+        return k[i];
+    }
+    return v[i];
+}
+
+fn kv_row(which: u32, base: u32) -> Row {
+    if shared_rows {
+        var mine: array<vec4<f32>, SLOTS>;
+        for (var j = 0u; j < SLOTS; j++) {
+            mine[j] = kv(which, base + min(j * LANES + lane, HD4 - 1u));
+        }
+        return spread(mine);
+    }
+    var r: Row;
+    for (var i = 0u; i < HD4; i++) {
+        r[i] = kv(which, base + i);
+    }
+    return r;
+}
+
+@compute @workgroup_size(LANES)
+fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32,
+#if SUBGROUPS
+             @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_id: u32,
+#endif
+             ) {
+#if SUBGROUPS
+    shared_rows = sg_size == LANES;
+    lane = sg_id;
+#endif
+    let head = wid.x;
+    let t0 = wid.y * LANES;
+    if t0 >= step.n_tokens {
+        return;
+    }
+    // Lanes past the last token repeat it (all lanes take part in the shuffles) and store nothing.
+    let t_last = min(t0 + LANES, step.n_tokens) - 1u;
+    let t = min(t0 + tid, t_last);
+    let n_pos = step.pos0 + t + 1u;
+    // The workgroup walks the positions its last token sees: the same loop for every lane.
+    let n_pos_all = step.pos0 + t_last + 1u;
+    let kv_head = head / (p.n_head / p.n_kv);
+    let q_base = (t * p.n_head + head) * HD4;
+    var qv: Row;
+    for (var i = 0u; i < HD4; i++) {
+        qv[i] = q[q_base + i] * p.scale;
+    }
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc: Row;
+    for (var c0 = 0u; c0 < n_pos_all; c0 += CHUNK) {
+        var s: array<f32, CHUNK>;
+        var m_new = m;
+        for (var j = 0u; j < CHUNK; j++) {
+            let pos = min(c0 + j, n_pos_all - 1u);
+            let kr = kv_row(0u, (pos * p.n_kv + kv_head) * HD4);
+            var d = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                d += qv[i] * kr[i];
+            }
+            // Positions past this lane's token (or past the end) do not count.
+            s[j] = select(NEG_BIG, d.x + d.y + d.z + d.w, c0 + j < n_pos);
+            m_new = max(m_new, s[j]);
+        }
+        // Position 0 is valid for every lane, so m_new is finite from the first chunk on.
+        let corr = exp(m - m_new);
+        l *= corr;
+        for (var i = 0u; i < HD4; i++) {
+            acc[i] *= corr;
+        }
+        for (var j = 0u; j < CHUNK; j++) {
+            let pos = min(c0 + j, n_pos_all - 1u);
+            let pr = select(0.0, exp(s[j] - m_new), c0 + j < n_pos);
+            l += pr;
+            let vr = kv_row(1u, (pos * p.n_kv + kv_head) * HD4);
+            for (var i = 0u; i < HD4; i++) {
+                acc[i] += pr * vr[i];
+            }
+        }
+        m = m_new;
+    }
+    if t0 + tid <= t_last {
+        for (var i = 0u; i < HD4; i++) {
+            out[q_base + i] = acc[i] / l;
+        }
+    }
+}
+#else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
@@ -97,3 +226,4 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         }
     }
 }
+#endif

@@ -1,13 +1,14 @@
 //! Shared set-up for the whole-model tests: the test model, the GPU, the llama.cpp fixture.
 
 mod gpu;
+pub mod qwen;
 pub use gpu::gpu;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
 use lilypad_engine::{Model, ModelOptions};
-use lilypad_gguf::{GgufFile, MmapSource};
+use lilypad_gguf::{ByteSource, GgufFile, GgufWriter, MmapSource};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Deserialize;
 
@@ -107,4 +108,18 @@ pub fn smollm2_owned(context: u32) -> Option<(Model, TextTokenizer)> {
     };
     let model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |_| {})).unwrap();
     Some((model, tok))
+}
+
+/// A writer holding a copy of `file` (metadata and tensors, in order) without the keys and
+/// tensors `drop` names: for tests that edit a real model.
+pub fn copy_gguf(file: &GgufFile, src: &dyn ByteSource, drop: &dyn Fn(&str) -> bool) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata.iter().filter(|(k, _)| !drop(k)) {
+        w.metadata(k, v.clone());
+    }
+    for t in file.tensors.iter().filter(|t| !drop(&t.name)) {
+        let data = file.tensor_bytes(src, t).unwrap().into_owned();
+        w.tensor(&t.name, &t.dims, t.ty, data).unwrap();
+    }
+    w
 }

@@ -48,7 +48,7 @@ fn tokenizer_and_chat_template_match_llama_cpp() {
 fn logits_match_llama_cpp_at_every_position() {
     let Some(m) = smollm2() else { return };
     let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
-    let vocab = m.model.config.vocab as usize;
+    let vocab = m.model.config.vocab() as usize;
     let mut worst = 0f32;
     for p in llama_cpp_fixture().prompts {
         let mut all = p.prompt_tokens.clone();
@@ -182,7 +182,7 @@ fn prefill_equals_token_by_token() {
             true,
         )
         .unwrap();
-    let vocab = m.model.config.vocab as usize;
+    let vocab = m.model.config.vocab() as usize;
     m.model.reset();
     let batch = pollster::block_on(m.model.eval(&ids, Logits::All)).unwrap();
     m.model.reset();

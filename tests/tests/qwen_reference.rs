@@ -7,111 +7,20 @@
 //! adapter stay well under the 1e-3 allowed here, measured per position as
 //! max |Δ| / max(1, max |reference|).
 
-use std::path::PathBuf;
-
-use lilypad_engine::{EngineError, LlamaConfig, Logits, Model, ModelOptions, SamplingParams};
-use lilypad_gguf::{ByteSource, GgmlType, GgufFile, MmapSource};
-use lilypad_tests::{gpu, repo_root};
+use lilypad_engine::{EngineError, LlamaConfig, Logits, SamplingParams};
+use lilypad_gguf::{GgmlType, GgufFile};
+use lilypad_tests::qwen::{self, Fixture};
 use lilypad_tokenizer::TextTokenizer;
-use serde::Deserialize;
 
-const TOL: f32 = 1e-3;
+const NAME: &str = "qwen3-tiny";
 
-fn fixture_dir() -> PathBuf {
-    repo_root().join("tests/fixtures/qwen/qwen3-tiny")
-}
-
-/// A model on the shared GPU, or None (test skipped) without an adapter.
-fn load(file: &GgufFile, src: &dyn ByteSource, context: u32, max_batch: u32) -> Option<Model> {
-    let opts = ModelOptions {
-        context: Some(context),
-        max_batch,
-        ..Default::default()
-    };
-    Some(pollster::block_on(Model::load(gpu()?, file, src, &opts, &mut |_| {})).unwrap())
-}
-
-#[derive(Deserialize)]
-struct Manifest {
-    prompt_tokens: Vec<u32>,
-    greedy_tokens: Vec<u32>,
-    tokenizer_check: TokenizerCheck,
-}
-
-#[derive(Deserialize)]
-struct TokenizerCheck {
-    text: String,
-    transformers_ids: Vec<u32>,
-}
-
-struct Fixture {
-    manifest: Manifest,
-    /// [80, vocab]: row i scores the token after tokens[..=i].
-    logits: Vec<f32>,
-    file: GgufFile,
-    src: MmapSource,
-}
-
-impl Fixture {
-    fn load() -> Self {
-        let dir = fixture_dir();
-        let manifest =
-            serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).unwrap()).unwrap();
-        let bytes = std::fs::read(dir.join("logits.f32")).unwrap();
-        let logits = bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
-        let src = MmapSource::open(dir.join("model.gguf")).unwrap();
-        let file = GgufFile::read(&src).unwrap();
-        Self {
-            manifest,
-            logits,
-            file,
-            src,
-        }
-    }
-
-    fn tokens(&self) -> Vec<u32> {
-        let mut all = self.manifest.prompt_tokens.clone();
-        all.extend(&self.manifest.greedy_tokens);
-        all
-    }
-
-    fn model(&self, context: u32, max_batch: u32) -> Option<Model> {
-        load(&self.file, &self.src, context, max_batch)
-    }
-
-    /// Asserts that `got` (rows for positions first..) is within tolerance of the reference
-    /// at every position, and prints the worst errors.
-    fn check(&self, got: &[f32], first: usize, what: &str) {
-        let vocab = 512;
-        assert_eq!(got.len() % vocab, 0, "{what}: logits length");
-        let (mut worst, mut worst_abs) = (0f32, 0f32);
-        for (i, row) in got.chunks_exact(vocab).enumerate() {
-            let pos = first + i;
-            let want = &self.logits[pos * vocab..][..vocab];
-            let diff = row
-                .iter()
-                .zip(want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            let scale = want.iter().map(|v| v.abs()).fold(1f32, f32::max);
-            let rel = diff / scale;
-            assert!(
-                rel <= TOL,
-                "{what}: position {pos}: max |Δ| {diff:.3e} (relative {rel:.3e})"
-            );
-            worst = worst.max(rel);
-            worst_abs = worst_abs.max(diff);
-        }
-        eprintln!("{what}: max |Δ| {worst_abs:.3e}, relative {worst:.3e}");
-    }
+fn fixture() -> Fixture {
+    Fixture::load(NAME)
 }
 
 #[test]
 fn config_reads_qwen3_metadata() {
-    let f = Fixture::load();
+    let f = fixture();
     let cfg = LlamaConfig::from_gguf(&f.file).unwrap();
     assert_eq!(cfg.arch, "qwen3");
     assert_eq!(
@@ -132,7 +41,7 @@ fn config_reads_qwen3_metadata() {
 /// short last step).
 #[test]
 fn prefill_matches_transformers() {
-    let f = Fixture::load();
+    let f = fixture();
     for max_batch in [128, 24] {
         let Some(mut m) = f.model(256, max_batch) else {
             return;
@@ -144,7 +53,7 @@ fn prefill_matches_transformers() {
 
 #[test]
 fn token_by_token_matches_transformers() {
-    let f = Fixture::load();
+    let f = fixture();
     let Some(mut m) = f.model(256, 64) else {
         return;
     };
@@ -157,7 +66,7 @@ fn token_by_token_matches_transformers() {
 
 #[test]
 fn restored_snapshot_continues_as_if_never_diverged() {
-    let f = Fixture::load();
+    let f = fixture();
     let Some(mut m) = f.model(256, 128) else {
         return;
     };
@@ -187,7 +96,7 @@ fn restored_snapshot_continues_as_if_never_diverged() {
 
 #[test]
 fn snapshot_larger_than_the_context_is_refused() {
-    let f = Fixture::load();
+    let f = fixture();
     let Some(mut big) = f.model(256, 128) else {
         return;
     };
@@ -213,7 +122,7 @@ fn snapshot_larger_than_the_context_is_refused() {
 
 #[test]
 fn greedy_continuation_matches_transformers() {
-    let f = Fixture::load();
+    let f = fixture();
     let Some(mut m) = f.model(256, 64) else {
         return;
     };
@@ -229,7 +138,7 @@ fn greedy_continuation_matches_transformers() {
 
 #[test]
 fn gguf_tokenizer_matches_transformers() {
-    let f = Fixture::load();
+    let f = fixture();
     let tok = TextTokenizer::from_gguf(&f.file.metadata).unwrap();
     let check = &f.manifest.tokenizer_check;
     assert_eq!(
@@ -240,7 +149,7 @@ fn gguf_tokenizer_matches_transformers() {
 
 /// qwen3-tiny's `config.json` + `model.safetensors` converted on load.
 fn from_safetensors(quantize_to: Option<GgmlType>) -> Vec<u8> {
-    let dir = fixture_dir();
+    let dir = qwen::fixture_dir(NAME);
     let config = std::fs::read(dir.join("config.json")).unwrap();
     let st = std::fs::read(dir.join("model.safetensors")).unwrap();
     lilypad_engine::models::hf::to_gguf(&config, &[&st], quantize_to).unwrap()
@@ -248,7 +157,7 @@ fn from_safetensors(quantize_to: Option<GgmlType>) -> Vec<u8> {
 
 #[test]
 fn safetensors_convert_to_the_reference_gguf() {
-    let f = Fixture::load();
+    let f = fixture();
     let bytes = from_safetensors(None);
     let ours = GgufFile::read(&bytes).unwrap();
     assert_eq!(
@@ -271,10 +180,10 @@ fn safetensors_convert_to_the_reference_gguf() {
 
 #[test]
 fn safetensors_checkpoint_matches_transformers() {
-    let f = Fixture::load();
+    let f = fixture();
     let bytes = from_safetensors(None);
     let file = GgufFile::read(&bytes).unwrap();
-    let Some(mut m) = load(&file, &bytes, 128, 128) else {
+    let Some(mut m) = qwen::load_model(&file, &bytes, &qwen::options(128, 128)) else {
         return;
     };
     let logits = pollster::block_on(m.eval(&f.tokens(), Logits::All)).unwrap();
@@ -287,7 +196,7 @@ fn safetensors_checkpoint_matches_transformers() {
 /// near the f32 logits; Q4_0 (max |Δ| ~6 on 64-wide rows) must only run and stay finite.
 #[test]
 fn safetensors_quantized_on_load() {
-    let f = Fixture::load();
+    let f = fixture();
     for (ty, max_diff, min_agree) in [
         (GgmlType::F16, 5e-2, 80),
         (GgmlType::Q8_0, 1.0, 72),
@@ -300,7 +209,7 @@ fn safetensors_quantized_on_load() {
             file.tensor("blk.0.attn_norm.weight").unwrap().ty,
             GgmlType::F32
         );
-        let Some(mut m) = load(&file, &bytes, 128, 128) else {
+        let Some(mut m) = qwen::load_model(&file, &bytes, &qwen::options(128, 128)) else {
             return;
         };
         let logits = pollster::block_on(m.eval(&f.tokens(), Logits::All)).unwrap();
@@ -326,7 +235,7 @@ fn safetensors_quantized_on_load() {
 
 #[test]
 fn bad_checkpoints_are_typed_errors() {
-    let dir = fixture_dir();
+    let dir = qwen::fixture_dir(NAME);
     let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
     let st = std::fs::read(dir.join("model.safetensors")).unwrap();
     let convert = |config: &str, st: &[u8]| {

@@ -199,7 +199,7 @@ impl ChatSession {
     fn extend_previous(&self, req: &Request<'_>, full: &str) -> Result<Option<Vec<u32>>, ModelError> {
         let Some(prev) = &self.previous else { return Ok(None) };
         let n = prev.n_messages;
-        if req.messages.len() <= n || req.messages[n].role != Role::Assistant || !prev.ended {
+        if req.messages.len() <= n || req.messages[n].role != Role::Assistant {
             return Ok(None);
         }
         let before = self.render(&req.messages[..n], req.tools, true, req.enable_thinking)?;
@@ -208,19 +208,23 @@ impl ChatSession {
             return Ok(None);
         }
         // The rendered reply ends with the end-of-turn token's text and whatever the template
-        // puts after it (a newline); the generated tokens already end with that token.
+        // puts after it (a newline). Generated tokens that ended the turn already end with that
+        // token; a reply cut off by the token limit gets it appended, as the template would.
         let reply = &with_reply[before.len()..];
-        let Some(after_end) = self
+        let Some((end_id, after_end)) = self
             .tok
             .stop
             .iter()
-            .filter_map(|&id| self.tok.token(id))
-            .filter_map(|t| reply.rfind(&t).map(|i| &reply[i + t.len()..]))
-            .min_by_key(|s| s.len())
+            .filter_map(|&id| Some((id, self.tok.token(id)?)))
+            .filter_map(|(id, t)| reply.rfind(&t).map(|i| (id, &reply[i + t.len()..])))
+            .min_by_key(|(_, s)| s.len())
         else {
             return Ok(None);
         };
         let mut tokens = prev.tokens.clone();
+        if !prev.ended {
+            tokens.push(end_id);
+        }
         let tail = format!("{after_end}{}", &full[with_reply.len()..]);
         let mut tail_tokens = self.encode(&tail)?;
         // The tail is mid-conversation: no BOS there.

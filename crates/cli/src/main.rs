@@ -3,6 +3,7 @@
 mod bench;
 mod download;
 mod solve;
+mod synth;
 mod tokenize;
 
 use std::io::{BufRead, Write};
@@ -14,8 +15,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use lilypad_engine::{
-    AdapterOptions, GpuContext, LlamaConfig, Logits, Model, ModelOptions, SamplingParams,
-    memory_plan,
+    AdapterOptions, GpuContext, Logits, Model, ModelConfig, ModelOptions, SamplingParams,
 };
 use lilypad_gguf::{GgufFile, MmapSource};
 use lilypad_tokenizer::{ChatMessage, TextTokenizer};
@@ -101,6 +101,8 @@ enum Command {
     Tokenize(tokenize::TokenizeArgs),
     /// Let the coding agent work on a task in a repository folder; writes a patch and a trajectory.
     Solve(solve::SolveArgs),
+    /// Write a GGUF with FrogNano-4B's shapes and random quantized weights (for benchmarks).
+    Synth(synth::SynthArgs),
 }
 
 #[derive(Args)]
@@ -234,6 +236,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Solve(args) => solve::run(&args),
+        Command::Synth(args) => synth::run(&args),
     }
 }
 
@@ -279,34 +282,24 @@ fn inspect(spec: &str, list: bool, context: Option<u32>) -> Result<()> {
         file.parameter_count(),
         file.parameter_count() as f64 / 1e6
     );
-    match LlamaConfig::from_gguf(&file) {
+    match ModelConfig::from_gguf(&file) {
         Ok(cfg) => {
-            println!(
-                "layers {}, embedding {}, FFN {}, heads {} (KV {}), head dim {}, vocab {}, RoPE {:?} base {}, context {}{}{}",
-                cfg.n_layer,
-                cfg.n_embd,
-                cfg.n_ff,
-                cfg.n_head,
-                cfg.n_kv_head,
-                cfg.head_dim,
-                cfg.vocab,
-                cfg.rope_mode,
-                cfg.rope_base,
-                cfg.context_train,
-                if cfg.qk_norm { ", QK norm" } else { "" },
-                if cfg.tied_embeddings {
-                    ", tied embeddings"
-                } else {
-                    ""
-                }
-            );
-            let ctx = context.unwrap_or(cfg.context_train.min(4096));
-            let plan = memory_plan(&file, &cfg, ctx, ModelOptions::default().max_batch);
+            println!("{}", cfg.summary());
+            let ctx = context.unwrap_or(cfg.context_train().min(4096));
+            let plan = cfg.memory_plan(&file, ctx, ModelOptions::default().max_batch, false);
             println!("GPU memory:   {plan} at context {ctx}");
             println!(
                 "largest single buffer: {}",
                 lilypad_engine::error::human_bytes(plan.largest_unsplittable)
             );
+            // Whether the default adapter can hold it (wgpu reports limits, not free memory).
+            match pollster::block_on(GpuContext::new(&AdapterOptions::from_env())) {
+                Ok(gpu) => match plan.check_fits(&gpu, ctx) {
+                    Ok(()) => println!("fits:         yes, within {}'s limits", gpu.adapter.name),
+                    Err(e) => println!("fits:         NO: {e}"),
+                },
+                Err(e) => println!("fits:         unknown (no GPU adapter: {e})"),
+            }
         }
         Err(e) => println!("runnable:     no: {e}"),
     }
@@ -531,7 +524,7 @@ fn score(args: &ModelArgs, text: &str, chat: bool, top: usize, json: bool) -> Re
     if ids.is_empty() {
         bail!("the text has no tokens");
     }
-    let vocab = lm.model.config.vocab as usize;
+    let vocab = lm.model.config.vocab() as usize;
     let logits = pollster::block_on(lm.model.eval(&ids, Logits::All))?;
     let mut positions = Vec::new();
     let mut sum = 0.0;

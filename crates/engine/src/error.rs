@@ -32,7 +32,7 @@ pub enum EngineError {
     },
     #[error(
         "unsupported model architecture {0:?} (supported: {supported})",
-        supported = crate::models::LLAMA_LIKE.join(", ")
+        supported = crate::models::supported_architectures().join(", ")
     )]
     UnsupportedArchitecture(String),
     #[error("model tensor {0:?} is missing")]

@@ -14,6 +14,6 @@ pub mod weights;
 pub use error::{EngineError, Result};
 pub use gpu::{AdapterOptions, AdapterSummary, GpuContext};
 pub use model::{Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
-pub use models::{LlamaConfig, memory_plan};
+pub use models::{LlamaConfig, ModelConfig, Qwen35Config};
 pub use ops::sample::{Rng, SamplingParams};
 pub use state::SequenceState;

@@ -10,7 +10,7 @@ use crate::error::{EngineError, Result, human_bytes};
 use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
 use crate::models::blocks::{Loader, check_tensors};
-use crate::models::{Forward, LlamaConfig, llama::Llama, memory_plan};
+use crate::models::{Forward, ModelConfig};
 use crate::ops::{self, Step, matvec::PREFILL_TILE, sample::Sampler};
 use crate::state::{SequenceState, StateBuffer};
 use crate::{Rng, SamplingParams};
@@ -20,6 +20,8 @@ use crate::{Rng, SamplingParams};
 pub struct MemoryPlan {
     pub weights: u64,
     pub kv_cache: u64,
+    /// Fixed-size per-sequence state of recurrent layers (Qwen3.5's DeltaNet).
+    pub recurrent_state: u64,
     pub activations: u64,
     /// Largest single buffer (must fit one storage binding unless split).
     pub largest_unsplittable: u64,
@@ -27,7 +29,33 @@ pub struct MemoryPlan {
 
 impl MemoryPlan {
     pub fn total(&self) -> u64 {
-        self.weights + self.kv_cache + self.activations
+        self.weights + self.kv_cache + self.recurrent_state + self.activations
+    }
+}
+
+impl MemoryPlan {
+    /// Refuses, before anything is allocated, a plan that cannot run on `ctx`'s adapter: a
+    /// buffer that must be one binding (a layer's KV cache, the logits, recurrent state) larger
+    /// than the adapter's binding or buffer limit. Weights are split, so never refused here.
+    pub fn check_fits(&self, ctx: &GpuContext, context: u32) -> Result<()> {
+        let limits = [
+            (ctx.limits.max_storage_buffer_binding_size, "largest storage binding"),
+            (ctx.limits.max_buffer_size, "largest buffer"),
+        ];
+        for (allowed, what) in limits {
+            if self.largest_unsplittable > allowed {
+                return Err(EngineError::TooLarge {
+                    adapter: ctx.adapter.name.clone(),
+                    what,
+                    needed: format!(
+                        "{} in one buffer (a layer's KV cache or the logits at context {context})",
+                        human_bytes(self.largest_unsplittable)
+                    ),
+                    allowed: human_bytes(allowed),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
@@ -35,12 +63,15 @@ impl std::fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} (weights {}, KV cache {}, activations {})",
+            "{} (weights {}, KV cache {}",
             human_bytes(self.total()),
             human_bytes(self.weights),
             human_bytes(self.kv_cache),
-            human_bytes(self.activations)
-        )
+        )?;
+        if self.recurrent_state > 0 {
+            write!(f, ", recurrent state {}", human_bytes(self.recurrent_state))?;
+        }
+        write!(f, ", activations {})", human_bytes(self.activations))
     }
 }
 
@@ -52,6 +83,9 @@ pub struct ModelOptions {
     pub max_batch: u32,
     /// Cap on one weight buffer (default: the adapter's binding limit).
     pub max_chunk_bytes: Option<u64>,
+    /// Upload Qwen3.5's multi-token-prediction layers (for speculative decoding; the forward
+    /// pass does not read them). Without it they are only checked.
+    pub mtp: bool,
 }
 
 impl Default for ModelOptions {
@@ -60,6 +94,7 @@ impl Default for ModelOptions {
             context: None,
             max_batch: 64,
             max_chunk_bytes: None,
+            mtp: false,
         }
     }
 }
@@ -91,7 +126,7 @@ struct Io {
 /// A loaded model with one sequence's state (its KV cache and the tokens in it).
 pub struct Model {
     ctx: Arc<GpuContext>,
-    pub config: LlamaConfig,
+    pub config: ModelConfig,
     pub context: u32,
     pub max_batch: u32,
     pub plan: MemoryPlan,
@@ -100,6 +135,9 @@ pub struct Model {
     tokens: Vec<u32>,
     /// Per layer, the buffers holding the sequence state.
     state: Vec<Vec<StateBuffer>>,
+    /// Whether the state can go back to an earlier position: true when it is all caches
+    /// indexed by position, false with fixed-size recurrent state.
+    rewindable: bool,
     decode_graph: Vec<Dispatch>,
     prefill_graph: Vec<Dispatch>,
     head_last: Vec<Dispatch>,
@@ -117,33 +155,24 @@ impl Model {
         opts: &ModelOptions,
         progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Self> {
-        let cfg = LlamaConfig::from_gguf(file)?;
-        let context = opts.context.unwrap_or(cfg.context_train.min(4096)).max(1);
+        let cfg = ModelConfig::from_gguf(file)?;
+        let context = opts.context.unwrap_or(cfg.context_train().min(4096)).max(1);
         let max_batch = opts.max_batch.clamp(1, 512);
 
-        // Validate everything before allocating anything on the GPU.
-        let total_bytes = check_tensors(file, &cfg.tensor_shapes())?;
-        let plan = memory_plan(file, &cfg, context, max_batch);
-        let allowed = ctx.limits.max_storage_buffer_binding_size as u64;
-        if plan.largest_unsplittable > allowed {
-            return Err(EngineError::TooLarge {
-                adapter: ctx.adapter.name.clone(),
-                what: "largest storage binding",
-                needed: format!(
-                    "{} for one layer's KV cache or the logits at context {context}",
-                    human_bytes(plan.largest_unsplittable)
-                ),
-                allowed: human_bytes(allowed),
-            });
-        }
+        // Validate everything before allocating anything on the GPU, including layers that
+        // are not uploaded.
+        check_tensors(file, &cfg.loaded_tensor_shapes(true))?;
+        let total_bytes = check_tensors(file, &cfg.loaded_tensor_shapes(opts.mtp))?;
+        let plan = cfg.memory_plan(file, context, max_batch, opts.mtp);
+        plan.check_fits(&ctx, context)?;
 
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let loader = Loader::new(&ctx, file, src, opts.max_chunk_bytes, total_bytes, progress);
-        let arch: Box<dyn Forward> = Box::new(Llama::load(&loader, &cfg, context, max_batch)?);
+        let arch = cfg.load(&loader, context, max_batch, opts.mtp)?;
         let io = Io {
             ids: loader.f32s("token ids", max_batch as u64)?,
-            x_last: loader.f32s("last x", cfg.n_embd as u64)?,
-            logits: loader.f32s("logits", max_batch as u64 * cfg.vocab as u64)?,
+            x_last: loader.f32s("last x", cfg.n_embd() as u64)?,
+            logits: loader.f32s("logits", max_batch as u64 * cfg.vocab() as u64)?,
             step: ops::step_buffer(&ctx),
             step_one: ops::step_buffer(&ctx),
         };
@@ -156,7 +185,7 @@ impl Model {
             head,
             &io.x_last,
             &io.logits,
-            cfg.vocab,
+            cfg.vocab(),
             &io.step_one,
             1,
             false,
@@ -167,19 +196,21 @@ impl Model {
             head,
             arch.hidden(),
             &io.logits,
-            cfg.vocab,
+            cfg.vocab(),
             &io.step,
             PREFILL_TILE,
             false,
             false,
         )?;
-        let sampler = Sampler::new(&ctx, &io.logits, cfg.vocab)?;
+        let sampler = Sampler::new(&ctx, &io.logits, cfg.vocab())?;
         if let Some(e) = oom_scope.pop().await {
             return Err(EngineError::OutOfMemory(format!(
                 "loading the model ({plan}): {e}"
             )));
         }
         ctx.check()?;
+        let state = arch.state();
+        let rewindable = state.iter().flatten().all(|s| s.row_bytes.is_some());
         Ok(Self {
             ctx: ctx.clone(),
             config: cfg,
@@ -188,7 +219,8 @@ impl Model {
             plan,
             io,
             tokens: Vec::new(),
-            state: arch.state(),
+            state,
+            rewindable,
             decode_graph,
             prefill_graph,
             head_last,
@@ -208,8 +240,18 @@ impl Model {
     }
 
     /// Forgets everything after the first `n` tokens (their cache rows get overwritten).
+    /// Recurrent state cannot go back, so a model with it forgets the whole sequence
+    /// instead unless `n` keeps every token (use [`Model::snapshot`] to return to a point).
     pub fn truncate(&mut self, n: usize) {
+        if n < self.tokens.len() && !self.rewindable {
+            self.tokens.clear();
+        }
         self.tokens.truncate(n);
+    }
+
+    /// Whether [`Model::truncate`] can keep a prefix (false for recurrent models).
+    pub fn can_rewind(&self) -> bool {
+        self.rewindable
     }
 
     pub fn reset(&mut self) {
@@ -247,15 +289,15 @@ impl Model {
             .count();
         // At least one token must be evaluated to produce logits.
         let keep = common.min(tokens.len().saturating_sub(1));
-        self.tokens.truncate(keep);
-        &tokens[keep..]
+        self.truncate(keep);
+        &tokens[self.tokens.len()..]
     }
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
-        if let Some(&id) = tokens.iter().find(|&&t| t >= self.config.vocab) {
+        if let Some(&id) = tokens.iter().find(|&&t| t >= self.config.vocab()) {
             return Err(EngineError::BadToken {
                 id,
-                vocab: self.config.vocab as usize,
+                vocab: self.config.vocab() as usize,
             });
         }
         let needed = self.tokens.len() + tokens.len();
@@ -276,6 +318,18 @@ impl Model {
         self.ctx
             .queue
             .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(chunk));
+        if pos0 == 0 {
+            // A new sequence: recurrent state starts from zero (caches need no clearing,
+            // attention reads only the rows written in this sequence).
+            for s in self
+                .state
+                .iter()
+                .flatten()
+                .filter(|s| s.row_bytes.is_none())
+            {
+                encoder.clear_buffer(&s.buffer, 0, None);
+            }
+        }
         let graph = if n == 1 {
             &self.decode_graph
         } else {
@@ -296,7 +350,7 @@ impl Model {
             }
         }
         if want == Logits::Last {
-            let row = self.config.n_embd as u64 * 4;
+            let row = self.config.n_embd() as u64 * 4;
             encoder.copy_buffer_to_buffer(
                 self.arch.hidden(),
                 (n as u64 - 1) * row,
@@ -318,7 +372,7 @@ impl Model {
     /// nothing, the last position's row, or every position's rows (row-major, vocab wide).
     pub async fn eval(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
         self.check_tokens(tokens)?;
-        let vocab = self.config.vocab as u64;
+        let vocab = self.config.vocab() as u64;
         let mut out = Vec::new();
         let chunks: Vec<&[u32]> = tokens.chunks(self.max_batch as usize).collect();
         for (i, chunk) in chunks.iter().enumerate() {
@@ -374,7 +428,7 @@ impl Model {
         self.ctx.queue.submit([encoder.finish()]);
         self.tokens.extend_from_slice(tail);
         let id = self.ctx.read_u32(&self.sampler.result, 0, 1).await?[0];
-        if id >= self.config.vocab {
+        if id >= self.config.vocab() {
             return Err(EngineError::Sampling(format!("the sampler returned {id}")));
         }
         Ok(id)

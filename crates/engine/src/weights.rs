@@ -7,19 +7,21 @@ use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 
 /// Weight formats the kernels decode (`shaders/common/quant.wgsl`).
+pub const SUPPORTED: &[GgmlType] = &[
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::F32,
+];
+
+/// Whether the kernels decode `ty` (one of [`SUPPORTED`]).
 pub fn supported(ty: GgmlType) -> bool {
-    matches!(
-        ty,
-        GgmlType::F32
-            | GgmlType::F16
-            | GgmlType::BF16
-            | GgmlType::Q4_0
-            | GgmlType::Q4_1
-            | GgmlType::Q8_0
-            | GgmlType::Q4K
-            | GgmlType::Q5K
-            | GgmlType::Q6K
-    )
+    SUPPORTED.contains(&ty)
 }
 
 /// The shader macro selecting the decoder for `ty`.

@@ -3,16 +3,16 @@
 //! Runs on any adapter (lavapipe in CI); without one the tests skip, unless
 //! LILYPAD_REQUIRE_GPU=1, as CI sets, turns that into a failure.
 
-
+use lilypad_engine::GpuContext;
 use lilypad_engine::kernels::{Dispatch, submit};
 use lilypad_engine::ops::{
     self, Step,
+    attention::AttentionLayout,
     matvec::MatvecLayout,
     rope::RopeMode,
     sample::{Sampler, SamplingParams, reference_sample},
 };
 use lilypad_engine::weights::GpuWeight;
-use lilypad_engine::GpuContext;
 use lilypad_gguf::{GgmlType, dequantize, quantize};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -81,17 +81,7 @@ fn assert_close(got: &[f32], want: &[f64], rel: f64, floor: f64, what: &str) {
     }
 }
 
-const WEIGHT_TYPES: &[GgmlType] = &[
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::F32,
-];
+const WEIGHT_TYPES: &[GgmlType] = lilypad_engine::weights::SUPPORTED;
 
 /// A random finite f16: mostly a typical weight scale of either sign, sometimes any finite
 /// bit pattern (zero, subnormals, the largest value).
@@ -230,14 +220,35 @@ fn matvec_reference(
     (y, mag)
 }
 
+/// Both layouts; row-per-thread with each rows-per-thread variant and the per-matrix choice,
+/// and without subgroups (the browser's code path).
+const MATVEC_LAYOUTS: [MatvecLayout; 6] = [
+    per_thread(true, None),
+    per_thread(true, Some(4)),
+    per_thread(true, Some(8)),
+    per_thread(true, Some(16)),
+    per_thread(false, None),
+    MatvecLayout::RowPerWorkgroup,
+];
+
+const fn per_thread(subgroups: bool, rows: Option<u32>) -> MatvecLayout {
+    MatvecLayout::RowPerThread { subgroups, rows }
+}
+
 /// y = W x for every weight type, decode (1 token) and prefill tiles (partial last tile),
-/// split weights, and the accumulate (residual) form. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
+/// split weights, and the accumulate (residual) form. Row counts are odd and not multiples
+/// of any rows-per-workgroup (32, 64, 128) or of the rows per thread. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
 #[test]
 fn matvec_matches_reference() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
     for &ty in WEIGHT_TYPES {
-        for (rows, cols) in [(77usize, test_cols(ty, 3, 1)), (130, test_cols(ty, 19, 3))] {
+        // 1031 rows: enough for the per-matrix choice to take 16 rows per thread at decode.
+        for (rows, cols) in [
+            (77usize, test_cols(ty, 3, 1)),
+            (130, test_cols(ty, 19, 3)),
+            (1031, test_cols(ty, 2, 1)),
+        ] {
             let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
             for &(tokens, tile, cap, accumulate) in &[
                 (1usize, 1u32, None, false),
@@ -245,7 +256,7 @@ fn matvec_matches_reference() {
                 (5, 8, Some(2000u64), true),
                 (1, 1, Some(1500), true),
             ] {
-                for layout in [MatvecLayout::RowPerThread, MatvecLayout::RowPerWorkgroup] {
+                for layout in MATVEC_LAYOUTS {
                     let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap)
                         .unwrap();
                     let x = randn(&mut r, tokens * cols, 1.0);
@@ -285,6 +296,84 @@ fn matvec_matches_reference() {
                     }
                 }
             }
+        }
+    }
+}
+
+/// K/V straight into a cache: token t writes row pos0 + t; the other rows keep their
+/// sentinel. Block and unit weight types, every layout. Tolerance as above.
+#[test]
+fn matvec_into_cache_rows() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let (tokens, pos0, cache_rows) = (11usize, 5usize, 20usize);
+    for ty in [GgmlType::Q4_1, GgmlType::Q4K] {
+        let (rows, cols) = (45usize, test_cols(ty, 5, 1));
+        let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
+        let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, None).unwrap();
+        let x = randn(&mut r, tokens * cols, 1.0);
+        let (want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
+        for layout in MATVEC_LAYOUTS {
+            for tile in [1, ops::matvec::PREFILL_TILE] {
+                let sentinel = -3.25f32;
+                let cache = buf_f32(&ctx, &vec![sentinel; cache_rows * rows]);
+                let s = step(&ctx, tokens as u32, pos0 as u32);
+                let ds = ops::matvec::matvec_with(
+                    &ctx,
+                    layout,
+                    &w,
+                    &buf_f32(&ctx, &x),
+                    &cache,
+                    rows as u32,
+                    &s,
+                    tile,
+                    false,
+                    true,
+                )
+                .unwrap();
+                run(&ctx, &ds, tokens as u32);
+                let got = read(&ctx, &cache, cache_rows * rows);
+                for (i, &g) in got.iter().enumerate() {
+                    let (row, j) = (i / rows, i % rows);
+                    let what = format!("{ty:?} {layout:?} tile {tile}: cache row {row} col {j}");
+                    if (pos0..pos0 + tokens).contains(&row) {
+                        let k = (row - pos0) * rows + j;
+                        let err = (g as f64 - want[k]).abs();
+                        assert!(err <= 1e-5 * mag[k] + 1e-6, "{what}: {g} want {}", want[k]);
+                    } else {
+                        assert_eq!(g, sentinel, "{what} was overwritten");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Shapes the kernels cannot run are typed errors, not panics or garbage: columns that are
+/// not whole 8-weight units (at upload), y rows narrower than W, a tile of 0 tokens.
+#[test]
+fn matvec_rejects_bad_shapes() {
+    use lilypad_engine::EngineError;
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let f32_weight = |cols: u64, r: &mut StdRng| {
+        let data = randn(r, 3 * cols as usize, 1.0);
+        let bytes = bytemuck::cast_slice(&data);
+        GpuWeight::upload(&ctx, "w", GgmlType::F32, 3, cols, bytes, None)
+    };
+    let e = f32_weight(12, &mut r).err().expect("12 columns accepted");
+    assert!(matches!(e, EngineError::Shape { .. }), "{e}");
+    let w = f32_weight(16, &mut r).unwrap();
+    let x = buf_f32(&ctx, &[0.0; 48]);
+    let s = step(&ctx, 1, 0);
+    for layout in MATVEC_LAYOUTS {
+        for (stride, tile) in [(2, 1), (3, 0)] {
+            let ds =
+                ops::matvec::matvec_with(&ctx, layout, &w, &x, &x, stride, &s, tile, false, false);
+            let e = ds
+                .err()
+                .unwrap_or_else(|| panic!("{layout:?} stride {stride} tile {tile} accepted"));
+            assert!(matches!(e, EngineError::Shape { .. }), "{e}");
         }
     }
 }
@@ -446,8 +535,9 @@ fn rope_matches_reference() {
     }
 }
 
-/// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256.
-/// Tolerance 1e-5 relative + 1e-6.
+/// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
+/// partial 8-token tiles, every layout (the per-thread one falls back for head dim 42).
+/// Tolerance: 1e-4 of |want| + 0.01.
 #[test]
 fn attention_matches_reference() {
     let ctx = ctx_or_skip!();
@@ -457,6 +547,8 @@ fn attention_matches_reference() {
         (4, 4, 40, 0, 9),
         (2, 1, 256, 130, 1),
         (9, 3, 64, 0, 1),
+        (3, 1, 128, 3, 21),
+        (2, 2, 42, 5, 3),
     ] {
         let kv_len = (pos0 + tokens) as usize;
         let (hd_, nkv, nh) = (hd as usize, n_kv as usize, n_head as usize);
@@ -468,51 +560,60 @@ fn attention_matches_reference() {
             .unwrap();
         let scale = 1.0 / (hd as f32).sqrt();
         let s = step(&ctx, tokens, pos0);
-        let d = ops::attention::attention(
-            &ctx,
-            &buf_f32(&ctx, &q),
-            &buf_f32(&ctx, &k),
-            &buf_f32(&ctx, &v),
-            &out,
-            n_head,
-            n_kv,
-            hd,
-            scale,
-            &s,
-        )
-        .unwrap();
-        run(&ctx, &[d], tokens);
-        let got = read(&ctx, &out, q.len());
-        let mut want = vec![0f64; q.len()];
-        for t in 0..tokens as usize {
-            let n_pos = pos0 as usize + t + 1;
-            for h in 0..nh {
-                let kh = h / (nh / nkv);
-                let qv = &q[(t * nh + h) * hd_..][..hd_];
-                let scores: Vec<f64> = (0..n_pos)
-                    .map(|p| {
-                        (0..hd_)
-                            .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd_ + d] as f64)
-                            .sum::<f64>()
-                            * scale as f64
-                    })
-                    .collect();
-                let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-                let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-                for d in 0..hd_ {
-                    want[(t * nh + h) * hd_ + d] = (0..n_pos)
-                        .map(|p| (scores[p] - m).exp() / z * v[(p * nkv + kh) * hd_ + d] as f64)
-                        .sum();
+        for layout in [
+            AttentionLayout::PerThread { subgroups: true },
+            AttentionLayout::PerThread { subgroups: false },
+            AttentionLayout::PerWorkgroup,
+        ] {
+            let d = ops::attention::attention(
+                &ctx,
+                layout,
+                &buf_f32(&ctx, &q),
+                &buf_f32(&ctx, &k),
+                &buf_f32(&ctx, &v),
+                &out,
+                n_head,
+                n_kv,
+                hd,
+                scale,
+                &s,
+            )
+            .unwrap();
+            run(&ctx, &[d], tokens);
+            let got = read(&ctx, &out, q.len());
+            let mut want = vec![0f64; q.len()];
+            for t in 0..tokens as usize {
+                let n_pos = pos0 as usize + t + 1;
+                for h in 0..nh {
+                    let kh = h / (nh / nkv);
+                    let qv = &q[(t * nh + h) * hd_..][..hd_];
+                    let scores: Vec<f64> = (0..n_pos)
+                        .map(|p| {
+                            (0..hd_)
+                                .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd_ + d] as f64)
+                                .sum::<f64>()
+                                * scale as f64
+                        })
+                        .collect();
+                    let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+                    for d in 0..hd_ {
+                        want[(t * nh + h) * hd_ + d] = (0..n_pos)
+                            .map(|p| (scores[p] - m).exp() / z * v[(p * nkv + kh) * hd_ + d] as f64)
+                            .sum();
+                    }
                 }
             }
+            assert_close(
+                &got,
+                &want,
+                1e-4,
+                1e-2,
+                &format!(
+                    "attention {layout:?} heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
+                ),
+            );
         }
-        assert_close(
-            &got,
-            &want,
-            1e-4,
-            1e-2,
-            &format!("attention heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"),
-        );
     }
 }
 

@@ -303,6 +303,17 @@ impl Metadata {
             .collect()
     }
 
+    pub fn bool_array(&self, key: &str) -> Result<Vec<bool>> {
+        const EXPECTED: &str = "array of bool";
+        let a = self.array(key, EXPECTED)?;
+        a.iter()
+            .map(|e| {
+                e.as_bool()
+                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, &Value::Array(vec![e.clone()])))
+            })
+            .collect()
+    }
+
     /// `general.architecture`, which selects the key prefix (`llama.block_count`) and the model code.
     pub fn architecture(&self) -> Result<&str> {
         self.str("general.architecture")

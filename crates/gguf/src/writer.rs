@@ -19,7 +19,10 @@ struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     ty: GgmlType,
-    data: Vec<u8>,
+    /// Bytes the tensor takes.
+    len: u64,
+    /// None for a tensor declared with [`GgufWriter::declare_tensor`].
+    data: Option<Vec<u8>>,
 }
 
 impl Default for GgufWriter {
@@ -63,15 +66,7 @@ impl GgufWriter {
 
     /// Adds a tensor; `data` must be exactly the bytes its shape and type take.
     pub fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) -> Result<()> {
-        if self.tensors.iter().any(|t| t.name == name) {
-            return Err(GgufError::DuplicateTensor {
-                name: name.to_owned(),
-            });
-        }
-        let expected = checked_n_bytes(dims, ty).map_err(|e| GgufError::Context {
-            what: format!("tensor {name:?}"),
-            source: Box::new(e),
-        })?;
+        let expected = self.check_new(name, dims, ty)?;
         if data.len() as u64 != expected {
             return Err(GgufError::DataLength {
                 name: name.to_owned(),
@@ -81,16 +76,42 @@ impl GgufWriter {
                 got: data.len() as u64,
             });
         }
+        self.push(name, dims, ty, expected, Some(data));
+        Ok(())
+    }
+
+    /// Adds a tensor whose bytes [`GgufWriter::write_to`] asks for when it gets there, so a
+    /// file larger than memory can be written. Returns the bytes it will take.
+    pub fn declare_tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType) -> Result<u64> {
+        let len = self.check_new(name, dims, ty)?;
+        self.push(name, dims, ty, len, None);
+        Ok(len)
+    }
+
+    fn check_new(&self, name: &str, dims: &[u64], ty: GgmlType) -> Result<u64> {
+        if self.tensors.iter().any(|t| t.name == name) {
+            return Err(GgufError::DuplicateTensor {
+                name: name.to_owned(),
+            });
+        }
+        checked_n_bytes(dims, ty).map_err(|e| GgufError::Context {
+            what: format!("tensor {name:?}"),
+            source: Box::new(e),
+        })
+    }
+
+    fn push(&mut self, name: &str, dims: &[u64], ty: GgmlType, len: u64, data: Option<Vec<u8>>) {
         self.tensors.push(PendingTensor {
             name: name.to_owned(),
             dims: dims.to_vec(),
             ty,
+            len,
             data,
         });
-        Ok(())
     }
 
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// Everything before the first tensor's data: header, metadata, tensor infos, padding.
+    fn header(&self) -> Vec<u8> {
         let add_alignment_key =
             self.alignment != DEFAULT_ALIGNMENT && !self.metadata.contains_key("general.alignment");
         let n_kv = self.metadata.len() as u64 + u64::from(add_alignment_key);
@@ -121,16 +142,57 @@ impl GgufWriter {
             }
             out.extend_from_slice(&t.ty.id().to_le_bytes());
             out.extend_from_slice(&offset.to_le_bytes());
-            offset = align_up(offset + t.data.len() as u64, self.alignment)
-                .expect("tensor data fits in memory");
+            offset = align_up(offset + t.len, self.alignment).expect("tensor data fits in u64");
         }
-
         pad(&mut out, self.alignment);
+        out
+    }
+
+    /// The whole file in memory (declared tensors are written as zeros).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.header();
         for t in &self.tensors {
-            out.extend_from_slice(&t.data);
+            match &t.data {
+                Some(d) => out.extend_from_slice(d),
+                None => out.resize(out.len() + t.len as usize, 0),
+            }
             pad(&mut out, self.alignment);
         }
         out
+    }
+
+    /// Streams the file to `out`. `fill(name, len)` supplies each declared tensor's bytes,
+    /// exactly `len` of them; tensors added with data are written as given.
+    pub fn write_to(
+        &self,
+        out: &mut dyn std::io::Write,
+        fill: &mut dyn FnMut(&str, u64) -> Vec<u8>,
+    ) -> std::io::Result<()> {
+        let header = self.header();
+        out.write_all(&header)?;
+        let mut pos = header.len() as u64;
+        for t in &self.tensors {
+            let filled;
+            let data = match &t.data {
+                Some(d) => d,
+                None => {
+                    filled = fill(&t.name, t.len);
+                    if filled.len() as u64 != t.len {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{}: {} bytes supplied for {}", t.name, filled.len(), t.len),
+                        ));
+                    }
+                    &filled
+                }
+            };
+            out.write_all(data)?;
+            pos += t.len;
+            let aligned = align_up(pos, self.alignment).expect("file size fits in u64");
+            out.write_all(&vec![0; (aligned - pos) as usize])?;
+            pos = aligned;
+        }
+        Ok(())
     }
 }
 

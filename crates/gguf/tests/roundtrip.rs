@@ -251,3 +251,31 @@ fn mmap_source_reads_files() {
     assert!(matches!(e, GgufError::Io { .. }));
     assert!(e.to_string().contains("/nonexistent/model.gguf"), "{e}");
 }
+
+/// A streamed file with declared tensors equals the in-memory one with the same bytes, and a
+/// fill of the wrong length is an error, not a corrupt file.
+#[test]
+fn streamed_file_equals_the_in_memory_one() {
+    let a: Vec<u8> = (0..64u32).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..34u8).collect();
+    let mut whole = GgufWriter::new().alignment(64);
+    let mut streamed = GgufWriter::new().alignment(64);
+    whole.metadata("general.architecture", Value::String("test".into()));
+    streamed.metadata("general.architecture", Value::String("test".into()));
+    whole.tensor("a", &[8, 8], GgmlType::F32, a.clone()).unwrap();
+    streamed.tensor("a", &[8, 8], GgmlType::F32, a).unwrap();
+    whole.tensor("b", &[32], GgmlType::Q8_0, b.clone()).unwrap();
+    streamed.declare_tensor("b", &[32], GgmlType::Q8_0).unwrap();
+    let mut out = Vec::new();
+    streamed
+        .write_to(&mut out, &mut |name, len| {
+            assert_eq!((name, len), ("b", 34));
+            b.clone()
+        })
+        .unwrap();
+    assert_eq!(out, whole.to_bytes());
+    let file = GgufFile::read(&out).unwrap();
+    assert_eq!(file.tensor_bytes(&out, file.tensor("b").unwrap()).unwrap(), &b[..]);
+    let err = streamed.write_to(&mut Vec::new(), &mut |_, _| vec![0; 3]);
+    assert_eq!(err.unwrap_err().kind(), std::io::ErrorKind::InvalidData);
+}

@@ -89,6 +89,10 @@ impl<'a> Loader<'a> {
         });
     }
 
+    pub fn has(&self, name: &str) -> bool {
+        self.file.tensor(name).is_some()
+    }
+
     /// A weight matrix in its file format.
     pub fn matrix(&self, name: &str) -> Result<GpuWeight> {
         let t = self
@@ -148,7 +152,26 @@ pub(crate) struct Graph<'a> {
     pub dispatches: Vec<Dispatch>,
 }
 
-impl Graph<'_> {
+impl<'a> Graph<'a> {
+    /// A graph whose first dispatch looks up the step's token embeddings (`ids`) into `x`.
+    pub fn embed(
+        ctx: &'a GpuContext,
+        step: &'a wgpu::Buffer,
+        tile: u32,
+        max_batch: u32,
+        embd: &GpuWeight,
+        ids: &wgpu::Buffer,
+        x: &wgpu::Buffer,
+    ) -> Result<Self> {
+        Ok(Self {
+            ctx,
+            step,
+            tile,
+            max_batch,
+            dispatches: ops::get_rows::get_rows(ctx, embd, ids, x, max_batch, step)?,
+        })
+    }
+
     pub fn push(&mut self, d: Dispatch) {
         self.dispatches.push(d);
     }
@@ -202,6 +225,8 @@ pub(crate) struct Scratch {
     pub att: wgpu::Buffer,
     /// Projected q and k before their per-head norm (QK-norm models only).
     pub qk_raw: Option<(wgpu::Buffer, wgpu::Buffer)>,
+    /// attn_q's output for gated attention: per head, the query then its output gate.
+    pub qg: Option<wgpu::Buffer>,
     pub ffn_gate: wgpu::Buffer,
     pub ffn_up: wgpu::Buffer,
     pub ffn_act: wgpu::Buffer,
@@ -221,6 +246,11 @@ impl Scratch {
             } else {
                 None
             },
+            qg: if a.gated {
+                Some(l.f32s("q and gate", 2 * b * q)?)
+            } else {
+                None
+            },
             ffn_gate: l.f32s("gate", b * n_ff as u64)?,
             ffn_up: l.f32s("up", b * n_ff as u64)?,
             ffn_act: l.f32s("swiglu", b * n_ff as u64)?,
@@ -230,7 +260,8 @@ impl Scratch {
     /// f32 values per token these buffers hold.
     pub fn floats_per_token(a: &AttentionShape, n_ff: u32) -> u64 {
         let qk_raw = if a.qk_norm { a.q_dim() + a.kv_dim() } else { 0 };
-        (2 * a.n_embd + 2 * a.q_dim() + qk_raw + 3 * n_ff) as u64
+        let qg = if a.gated { 2 * a.q_dim() } else { 0 };
+        (2 * a.n_embd + 2 * a.q_dim() + qk_raw + qg + 3 * n_ff) as u64
     }
 }
 
@@ -244,8 +275,11 @@ pub(crate) struct AttentionShape {
     /// Dims rotated by RoPE at the start of each head.
     pub n_rot: u32,
     pub rope: RopeMode,
-    /// Per-head RMSNorm of q and k before RoPE (Qwen3).
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Qwen3.5).
     pub qk_norm: bool,
+    /// A sigmoid output gate per channel, computed by attn_q next to each head's query
+    /// (Qwen3.5; needs `qk_norm`).
+    pub gated: bool,
     pub eps: f32,
 }
 
@@ -269,7 +303,7 @@ impl AttentionShape {
         let n = |s: &str| format!("blk.{blk}.{s}.weight");
         let mut v = vec![
             (n("attn_norm"), [1, e]),
-            (n("attn_q"), [q, e]),
+            (n("attn_q"), [if self.gated { 2 * q } else { q }, e]),
             (n("attn_k"), [kv, e]),
             (n("attn_v"), [kv, e]),
             (n("attn_output"), [e, q]),
@@ -335,9 +369,16 @@ impl Attention {
     ) -> Result<()> {
         let (e, q, kv) = (s.n_embd, s.q_dim(), s.kv_dim());
         g.rms_norm(&a.x, &self.norm, &a.xn, e, 1, s.eps)?;
+        let gate = self.gate(g, s, a)?;
         match (&self.qk_norm, &a.qk_raw) {
             (Some((q_norm, k_norm)), Some((q_raw, k_raw))) => {
-                g.matvec(&self.wq, &a.xn, q_raw, q, Write::Set)?;
+                match &gate {
+                    Some((heads, qg)) => {
+                        g.matvec(&self.wq, &a.xn, qg, 2 * q, Write::Set)?;
+                        g.push(heads.split_query(g.ctx, qg, q_raw, g.step)?);
+                    }
+                    None => g.matvec(&self.wq, &a.xn, q_raw, q, Write::Set)?,
+                }
                 g.rms_norm(q_raw, q_norm, &a.q, s.head_dim, s.n_head, s.eps)?;
                 g.matvec(&self.wk, &a.xn, k_raw, kv, Write::Set)?;
                 g.push(ops::rms_norm::rms_norm_to_cache(
@@ -369,6 +410,7 @@ impl Attention {
         }
         g.push(ops::attention::attention(
             g.ctx,
+            ops::attention::AttentionLayout::for_context(g.ctx),
             &a.q,
             &self.k_cache,
             &self.v_cache,
@@ -379,7 +421,35 @@ impl Attention {
             1.0 / (s.head_dim as f32).sqrt(),
             g.step,
         )?);
+        if let Some((heads, qg)) = &gate {
+            g.push(heads.sigmoid_gate(g.ctx, &a.att, qg, g.step)?);
+        }
         g.matvec(&self.wo, &a.att, &a.x, e, Write::Add)
+    }
+
+    /// The gate's heads and the [query | gate] buffer, for gated attention.
+    fn gate<'s>(
+        &self,
+        g: &Graph,
+        s: &AttentionShape,
+        a: &'s Scratch,
+    ) -> Result<Option<(ops::attn_gate::GatedHeads, &'s wgpu::Buffer)>> {
+        if !s.gated {
+            return Ok(None);
+        }
+        match (&a.qg, s.qk_norm) {
+            (Some(qg), true) => Ok(Some((
+                ops::attn_gate::GatedHeads {
+                    n_head: s.n_head,
+                    head_dim: s.head_dim,
+                    max_tokens: g.max_batch,
+                },
+                qg,
+            ))),
+            _ => Err(EngineError::Config(
+                "gated attention needs QK-norm and the q/gate scratch buffer".into(),
+            )),
+        }
     }
 }
 

@@ -135,6 +135,7 @@ impl LlamaConfig {
             n_rot: self.n_rot,
             rope: self.rope_mode,
             qk_norm: self.qk_norm,
+            gated: false,
             eps: self.rms_eps,
         }
     }
@@ -158,26 +159,21 @@ impl LlamaConfig {
     }
 }
 
-/// The plan for `cfg` at `context` positions and `max_batch`-token steps.
-pub fn memory_plan(file: &GgufFile, cfg: &LlamaConfig, context: u32, max_batch: u32) -> MemoryPlan {
-    let mut plan = MemoryPlan::default();
-    for (name, _) in cfg.tensor_shapes() {
-        if let Some(t) = file.tensor(&name) {
-            // Norms are widened to f32; everything else keeps its size.
-            plan.weights += if t.dims.len() == 1 || t.rows() == 1 {
-                t.n_elements() * 4
-            } else {
-                t.n_bytes()
-            };
-        }
+impl LlamaConfig {
+    /// The plan at `context` positions and `max_batch`-token steps.
+    pub fn memory_plan(&self, file: &GgufFile, context: u32, max_batch: u32) -> MemoryPlan {
+        let mut plan = MemoryPlan {
+            weights: super::weight_bytes(file, &self.tensor_shapes()),
+            ..Default::default()
+        };
+        let kv_layer = context as u64 * self.kv_dim() as u64 * 4;
+        plan.kv_cache = 2 * self.n_layer as u64 * kv_layer;
+        let b = max_batch as u64;
+        let per_token = Scratch::floats_per_token(&self.attention(), self.n_ff) + self.vocab as u64;
+        plan.activations = 4 * b * per_token + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
+        plan.largest_unsplittable = kv_layer.max(b * self.vocab as u64 * 4);
+        plan
     }
-    let kv_layer = context as u64 * cfg.kv_dim() as u64 * 4;
-    plan.kv_cache = 2 * cfg.n_layer as u64 * kv_layer;
-    let b = max_batch as u64;
-    let per_token = Scratch::floats_per_token(&cfg.attention(), cfg.n_ff) + cfg.vocab as u64;
-    plan.activations = 4 * b * per_token + 4 * (cfg.n_embd as u64 + 2 * cfg.vocab as u64);
-    plan.largest_unsplittable = kv_layer.max(b * cfg.vocab as u64 * 4);
-    plan
 }
 
 /// A Llama-family model on the GPU.
@@ -241,13 +237,7 @@ impl Forward for Llama {
         tile: u32,
     ) -> Result<Vec<Dispatch>> {
         let (a, s) = (&self.attention, &self.scratch);
-        let mut g = Graph {
-            ctx,
-            step,
-            tile,
-            max_batch: self.max_batch,
-            dispatches: ops::get_rows::get_rows(ctx, &self.embd, ids, &s.x, self.max_batch, step)?,
-        };
+        let mut g = Graph::embed(ctx, step, tile, self.max_batch, &self.embd, ids, &s.x)?;
         for (attention, mlp) in &self.layers {
             attention.record(&mut g, a, s, &self.freqs)?;
             mlp.record(&mut g, a.n_embd, a.eps, s)?;

@@ -1,19 +1,32 @@
 //! One file per model architecture: each reads its config from GGUF metadata, uploads its
 //! weights and records its forward graph from the shared blocks in `blocks.rs`. The
 //! architecture-independent runtime (steps, logits, sampling, sequence state) is
-//! `crate::model::Model`.
+//! `crate::model::Model`; [`ModelConfig`] is the one place that dispatches on the
+//! architecture.
 
 pub(crate) mod blocks;
 pub mod hf;
 pub mod llama;
+pub mod qwen35;
 
-pub use llama::{LLAMA_LIKE, LlamaConfig, memory_plan};
+pub use llama::{LLAMA_LIKE, LlamaConfig};
+pub use qwen35::Qwen35Config;
 
-use crate::error::Result;
+use lilypad_gguf::GgufFile;
+
+use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
+use crate::model::MemoryPlan;
 use crate::state::StateBuffer;
 use crate::weights::GpuWeight;
+
+/// Every architecture the engine runs (GGUF `general.architecture`).
+pub fn supported_architectures() -> Vec<&'static str> {
+    let mut v = LLAMA_LIKE.to_vec();
+    v.push(qwen35::ARCH);
+    v
+}
 
 /// What an architecture provides to the runtime.
 pub(crate) trait Forward: wgpu::WasmNotSendSync {
@@ -35,4 +48,167 @@ pub(crate) trait Forward: wgpu::WasmNotSendSync {
 
     /// Per layer, the buffers holding one sequence's state.
     fn state(&self) -> Vec<Vec<StateBuffer>>;
+}
+
+/// A model's configuration, read from GGUF metadata.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelConfig {
+    Llama(LlamaConfig),
+    Qwen35(Qwen35Config),
+}
+
+impl ModelConfig {
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        match file.metadata.architecture()? {
+            qwen35::ARCH => Qwen35Config::from_gguf(file).map(Self::Qwen35),
+            a if LLAMA_LIKE.contains(&a) => LlamaConfig::from_gguf(file).map(Self::Llama),
+            a => Err(EngineError::UnsupportedArchitecture(a.to_string())),
+        }
+    }
+
+    pub fn arch(&self) -> &str {
+        match self {
+            Self::Llama(c) => &c.arch,
+            Self::Qwen35(_) => qwen35::ARCH,
+        }
+    }
+
+    pub fn vocab(&self) -> u32 {
+        match self {
+            Self::Llama(c) => c.vocab,
+            Self::Qwen35(c) => c.vocab,
+        }
+    }
+
+    pub fn n_embd(&self) -> u32 {
+        match self {
+            Self::Llama(c) => c.n_embd,
+            Self::Qwen35(c) => c.n_embd,
+        }
+    }
+
+    pub fn context_train(&self) -> u32 {
+        match self {
+            Self::Llama(c) => c.context_train,
+            Self::Qwen35(c) => c.context_train,
+        }
+    }
+
+    /// (name, [rows, cols]) of every tensor the forward pass reads.
+    pub fn tensor_shapes(&self) -> Vec<(String, [u64; 2])> {
+        match self {
+            Self::Llama(c) => c.tensor_shapes(),
+            Self::Qwen35(c) => c.tensor_shapes(),
+        }
+    }
+
+    /// What the model will occupy on the GPU at `context` positions and `max_batch`-token
+    /// steps (`mtp`: with Qwen3.5's multi-token-prediction layers uploaded).
+    pub fn memory_plan(
+        &self,
+        file: &GgufFile,
+        context: u32,
+        max_batch: u32,
+        mtp: bool,
+    ) -> MemoryPlan {
+        match self {
+            Self::Llama(c) => c.memory_plan(file, context, max_batch),
+            Self::Qwen35(c) => c.memory_plan(file, context, max_batch, mtp),
+        }
+    }
+
+    /// One line on the shape of the network, for `lilypad inspect`.
+    pub fn summary(&self) -> String {
+        match self {
+            Self::Llama(c) => format!(
+                "layers {}, embedding {}, FFN {}, heads {} (KV {}), head dim {}, vocab {}, RoPE {:?} base {}, context {}{}{}",
+                c.n_layer,
+                c.n_embd,
+                c.n_ff,
+                c.n_head,
+                c.n_kv_head,
+                c.head_dim,
+                c.vocab,
+                c.rope_mode,
+                c.rope_base,
+                c.context_train,
+                if c.qk_norm { ", QK norm" } else { "" },
+                if c.tied_embeddings {
+                    ", tied embeddings"
+                } else {
+                    ""
+                }
+            ),
+            Self::Qwen35(c) => format!(
+                "layers {} ({} Gated DeltaNet, {} gated attention), embedding {}, FFN {}, \
+                 attention heads {} (KV {}) of {} with RoPE on {} dims base {}, DeltaNet heads \
+                 {} key / {} value of {}/{}, conv kernel {}, vocab {}, context {}{}{}",
+                c.n_layer,
+                c.n_layer - c.n_attention_layers(),
+                c.n_attention_layers(),
+                c.n_embd,
+                c.n_ff,
+                c.n_head,
+                c.n_kv_head,
+                c.head_dim,
+                c.n_rot,
+                c.rope_base,
+                c.delta.n_k,
+                c.delta.n_v,
+                c.delta.d_k,
+                c.delta.d_v,
+                c.conv_kernel,
+                c.vocab,
+                c.context_train,
+                if c.tied_embeddings {
+                    ", tied embeddings"
+                } else {
+                    ""
+                },
+                match c.n_mtp {
+                    0 => String::new(),
+                    n => format!(", {n} multi-token-prediction layer(s)"),
+                }
+            ),
+        }
+    }
+
+    /// Checks and uploads the weights.
+    pub(crate) fn load(
+        &self,
+        l: &blocks::Loader,
+        context: u32,
+        max_batch: u32,
+        mtp: bool,
+    ) -> Result<Box<dyn Forward>> {
+        Ok(match self {
+            Self::Llama(c) => Box::new(llama::Llama::load(l, c, context, max_batch)?),
+            Self::Qwen35(c) => Box::new(qwen35::Qwen35::load(l, c, context, max_batch, mtp)?),
+        })
+    }
+
+    /// The tensors [`ModelConfig::load`] reads.
+    pub(crate) fn loaded_tensor_shapes(&self, mtp: bool) -> Vec<(String, [u64; 2])> {
+        let mut v = self.tensor_shapes();
+        if let (Self::Qwen35(c), true) = (self, mtp) {
+            v.extend(c.mtp_tensor_shapes());
+        }
+        v
+    }
+}
+
+/// Bytes the tensors in `shapes` take on the GPU: norms are widened to f32, everything else
+/// keeps its file size.
+pub(crate) fn weight_bytes(file: &GgufFile, shapes: &[(String, [u64; 2])]) -> u64 {
+    shapes
+        .iter()
+        .filter_map(|(name, _)| file.tensor(name))
+        .map(|t| {
+            if t.dims.len() == 1 || t.rows() == 1 {
+                t.n_elements() * 4
+            } else {
+                t.n_bytes()
+            }
+        })
+        .sum()
 }

@@ -1,14 +1,39 @@
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
+use crate::ops::matvec::MatvecLayout;
 use crate::ops::{bind, params};
 
 const WG: u32 = 64;
+/// Tokens per workgroup of the per-thread layout (`shaders/attention.wgsl`).
+const LANES: u32 = 8;
+
+/// How threads share the work (see `shaders/attention.wgsl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttentionLayout {
+    /// A thread per query, no barriers: CPU adapters. `subgroups` as for matvec.
+    PerThread { subgroups: bool },
+    /// A workgroup per query with shared-memory reductions: GPUs.
+    PerWorkgroup,
+}
+
+impl AttentionLayout {
+    /// CPU adapters (those that get matvec's row-per-thread layout) get a thread per query.
+    pub fn for_context(ctx: &GpuContext) -> Self {
+        match ctx.matvec_layout {
+            MatvecLayout::RowPerThread { .. } => Self::PerThread { subgroups: true },
+            MatvecLayout::RowPerWorkgroup => Self::PerWorkgroup,
+        }
+    }
+}
 
 /// Causal GQA: out[t, h] = softmax(q[t, h] · K[..=pos0+t, h / group] · scale) · V.
 /// q, out: [T, n_head, head_dim]; k, v: one layer's cache [ctx, n_kv, head_dim].
+/// The per-thread layout needs head_dim % 4 == 0 (vec4 rows); other head dims fall back to
+/// the workgroup layout.
 pub fn attention(
     ctx: &GpuContext,
+    layout: AttentionLayout,
     q: &wgpu::Buffer,
     k: &wgpu::Buffer,
     v: &wgpu::Buffer,
@@ -25,9 +50,25 @@ pub fn attention(
             detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
         });
     }
-    let macros = Macros::new()
-        .u32("WG", WG)
-        .u32("MAX_D", head_dim.div_ceil(WG));
+    let (macros, per_y) = match layout {
+        AttentionLayout::PerThread { subgroups } if head_dim % 4 == 0 => {
+            let mut m = Macros::new().flag("PER_THREAD").u32("HD4", head_dim / 4);
+            // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).
+            if subgroups
+                && cfg!(not(target_arch = "wasm32"))
+                && ctx.features.contains(wgpu::Features::SUBGROUP)
+            {
+                m = m.flag("SUBGROUPS");
+            }
+            (m, LANES)
+        }
+        _ => (
+            Macros::new()
+                .u32("WG", WG)
+                .u32("MAX_D", head_dim.div_ceil(WG)),
+            1,
+        ),
+    };
     let pipeline = ctx.pipeline("attention.wgsl", "attention", &macros)?;
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
     Ok(Dispatch::new(
@@ -35,9 +76,6 @@ pub fn attention(
         "attention",
         pipeline,
         &[bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)],
-        Grid::PerTokens {
-            x: n_head,
-            per_y: 1,
-        },
+        Grid::PerTokens { x: n_head, per_y },
     ))
 }

@@ -3,14 +3,26 @@ use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::{bind, params};
 use crate::weights::{GpuWeight, type_macro};
+use lilypad_gguf::GgmlType;
 
+/// Threads per workgroup in the workgroup-per-row layout.
 const WG: u32 = 64;
+/// Row-per-thread layout: one SIMD vector of llvmpipe (256-bit) per workgroup.
+const CPU_WG: u32 = 8;
+/// Workgroups a decode matvec should at least have: lavapipe runs each on one core, so a
+/// matrix of a few workgroups leaves cores idle or unevenly loaded.
+const CPU_MIN_GROUPS: u64 = 8;
+/// Row-per-thread prefill: tokens per thread (the shader's unrolled tile).
+const CPU_TILE: u32 = 8;
 
 /// How threads share a matrix row (see `shaders/matvec.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MatvecLayout {
-    /// A thread per row, no barriers: fastest on CPU adapters (lavapipe, SwiftShader).
-    RowPerThread,
+    /// Several rows per thread, no barriers: fastest on CPU adapters (lavapipe, SwiftShader).
+    /// `subgroups`: threads share activation loads through subgroup broadcasts where the
+    /// device has subgroups (native only; without, each thread loads its own). `rows`: rows
+    /// per thread (4, 8 or 16), or `None` to choose per matrix ([`cpu_rows_per_thread`]).
+    RowPerThread { subgroups: bool, rows: Option<u32> },
     /// A workgroup per row with a shared-memory reduction: coalesced loads for GPUs.
     RowPerWorkgroup,
 }
@@ -18,13 +30,28 @@ pub enum MatvecLayout {
 impl MatvecLayout {
     /// CPU adapters get rows per thread; `LILYPAD_MATVEC=thread|workgroup` overrides.
     pub fn for_adapter(device_type: wgpu::DeviceType) -> Self {
+        let thread = Self::RowPerThread {
+            subgroups: true,
+            rows: None,
+        };
         match std::env::var("LILYPAD_MATVEC").as_deref() {
-            Ok("thread") => Self::RowPerThread,
+            Ok("thread") => thread,
             Ok("workgroup") => Self::RowPerWorkgroup,
-            _ if device_type == wgpu::DeviceType::Cpu => Self::RowPerThread,
+            _ if device_type == wgpu::DeviceType::Cpu => thread,
             _ => Self::RowPerWorkgroup,
         }
     }
+}
+
+/// Rows per thread of the row-per-thread layout for a matrix of `rows` rows. More rows per
+/// thread share each activation load among more rows (16 measured fastest), but decode
+/// needs [`CPU_MIN_GROUPS`] workgroups to keep the cores busy; prefill has a workgroup per
+/// tile of tokens as well.
+pub fn cpu_rows_per_thread(rows: u64, tile: u32) -> u32 {
+    [16, 8]
+        .into_iter()
+        .find(|&r| tile > 1 || rows >= (CPU_WG * r) as u64 * CPU_MIN_GROUPS)
+        .unwrap_or(4)
 }
 
 /// Tokens per workgroup in prefill: each decoded weight is reused this many times.
@@ -32,8 +59,9 @@ pub const PREFILL_TILE: u32 = 8;
 
 /// y[t, j] (+)= Σ_c W[j, c] · x[t, c] for the step's tokens.
 /// Shapes: x [T, W.cols], y [T, y_stride] with W.rows ≤ y_stride. `tile` is 1 for decode
-/// or [`PREFILL_TILE`]; one dispatch per weight chunk. `in_cache`: y is a cache
-/// [ctx, y_stride] and token t writes row pos0 + t.
+/// or [`PREFILL_TILE`] (the row-per-thread layout runs any tile above 1 as 8 tokens per
+/// thread); one dispatch per weight chunk. `in_cache`: y is a cache [ctx, y_stride] and
+/// token t writes row pos0 + t.
 pub fn matvec(
     ctx: &GpuContext,
     w: &GpuWeight,
@@ -78,19 +106,71 @@ pub fn matvec_with(
             detail: format!("{}: {} rows > y stride {y_stride}", w.name, w.rows),
         });
     }
-    let mut macros = Macros::new()
-        .u32("WG", WG)
-        .u32("TILE", tile)
-        .flag(type_macro(w.ty));
+    if tile == 0 {
+        return Err(EngineError::Shape {
+            op: "matvec",
+            detail: format!("{}: tile 0", w.name),
+        });
+    }
+    let mut macros = Macros::new().flag(type_macro(w.ty));
     if accumulate {
         macros = macros.flag("ACCUMULATE");
     }
-    if layout == MatvecLayout::RowPerThread {
-        macros = macros.flag("ROW_PER_THREAD");
-    }
+    // Rows per workgroup and tokens per workgroup.
+    let (rows_per_group, tile) = match layout {
+        MatvecLayout::RowPerWorkgroup => {
+            macros = macros.u32("WG", WG).u32("TILE", tile);
+            (1, tile)
+        }
+        MatvecLayout::RowPerThread { subgroups, rows } => {
+            let tile = if tile > 1 { CPU_TILE } else { 1 };
+            macros = macros
+                .flag("ROW_PER_THREAD")
+                .u32("WG", CPU_WG)
+                .u32("TILE", tile);
+            if tile > 1 {
+                macros = macros.flag("TILE8");
+            }
+            // How many weights one step of the column loop decodes (the shader's families).
+            match w.ty {
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+                    macros = macros.flag("BLOCK32");
+                }
+                GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+                    macros = macros.flag("KQUANT");
+                }
+                _ => {}
+            }
+            // Browsers need `enable subgroups;` ahead of the generated constants, which the
+            // preprocessor cannot place, and naga rejects it: subgroups are native-only.
+            if subgroups
+                && cfg!(not(target_arch = "wasm32"))
+                && ctx.features.contains(wgpu::Features::SUBGROUP)
+            {
+                macros = macros.flag("SUBGROUPS");
+            }
+            let rpt = rows.unwrap_or_else(|| cpu_rows_per_thread(w.rows, tile));
+            if ![4, 8, 16].contains(&rpt) {
+                return Err(EngineError::Shape {
+                    op: "matvec",
+                    detail: format!("{}: {rpt} rows per thread", w.name),
+                });
+            }
+            // The shader unrolls groups of four rows: ROWS8 adds a second, ROWS16 two more.
+            macros = macros.u32("RPT", rpt);
+            if rpt >= 8 {
+                macros = macros.flag("ROWS8");
+            }
+            if rpt >= 16 {
+                macros = macros.flag("ROWS16");
+            }
+            (CPU_WG * rpt, tile)
+        }
+    };
     let pipeline = ctx.pipeline("matvec.wgsl", "matvec", &macros)?;
     w.chunks
         .iter()
+        .filter(|c| c.rows > 0)
         .map(|c| {
             let p = params(
                 ctx,
@@ -116,11 +196,7 @@ pub fn matvec_with(
                     bind(step),
                 ],
                 Grid::PerTokens {
-                    x: if layout == MatvecLayout::RowPerThread {
-                        c.rows.div_ceil(WG)
-                    } else {
-                        c.rows
-                    },
+                    x: c.rows.div_ceil(rows_per_group),
                     per_y: tile,
                 },
             ))

@@ -1,0 +1,614 @@
+//! Qwen3.5 (GGUF `qwen35`, Hugging Face `qwen3_5_text`): a hybrid decoder where most layers
+//! mix tokens with Gated DeltaNet linear attention and every few layers use gated full
+//! attention; each layer then has a SwiGLU MLP. The layout rules and the forward pass are
+//! written out in `tests/fixtures/qwen/README.md`; in short, following llama.cpp's GGUFs:
+//! - the schedule is `attention.recurrent_layers` (true = DeltaNet), falling back to
+//!   `full_attention_interval` (layer i is full attention when (i + 1) % interval == 0);
+//! - norm weights are stored as 1 + w by the converter, so they multiply as plain RMSNorm;
+//! - DeltaNet value heads are tiled (slot s reads key head s mod n_k), which is the order the
+//!   kernels work in, so nothing is permuted at run time;
+//! - full attention: `attn_q` holds each head's query and its sigmoid output gate, QK-norm,
+//!   NEOX RoPE over the first `rope.dimension_count` dims of each head;
+//! - multi-token-prediction layers (`nextn_predict_layers`) follow the main layers; they are
+//!   checked always and uploaded on request, for speculative decoding.
+//!
+//! A sequence's state is the K/V cache of each attention layer plus, per DeltaNet layer, the
+//! conv's last inputs and the delta rule's state matrices: fixed-size state that cannot be
+//! rewound to an earlier position (see `Model::truncate`).
+
+use lilypad_gguf::GgufFile;
+
+use super::Forward;
+use super::blocks::{Attention, AttentionShape, Graph, Loader, Mlp, Scratch, Write};
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+use crate::kernels::Dispatch;
+use crate::model::MemoryPlan;
+use crate::ops::{
+    self,
+    conv1d::MAX_TAPS,
+    delta_net::{DeltaNetInputs, DeltaNetShape, MAX_HEAD_DIM},
+    rope::RopeMode,
+};
+use crate::state::StateBuffer;
+use crate::weights::GpuWeight;
+
+pub const ARCH: &str = "qwen35";
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qwen35Config {
+    /// Main layers (the MTP layers come after them).
+    pub n_layer: u32,
+    pub n_embd: u32,
+    pub n_ff: u32,
+    /// Full-attention layers: query heads, KV heads, head dim, rotated dims per head.
+    pub n_head: u32,
+    pub n_kv_head: u32,
+    pub head_dim: u32,
+    pub n_rot: u32,
+    pub vocab: u32,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+    pub context_train: u32,
+    pub tied_embeddings: bool,
+    /// Per main layer: true for Gated DeltaNet, false for full attention.
+    pub recurrent: Vec<bool>,
+    pub delta: DeltaNetShape,
+    pub conv_kernel: u32,
+    /// Multi-token-prediction layers after the main ones.
+    pub n_mtp: u32,
+}
+
+impl Qwen35Config {
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let md = &file.metadata;
+        let arch = md.architecture()?;
+        if arch != ARCH {
+            return Err(EngineError::UnsupportedArchitecture(arch.to_string()));
+        }
+        let key = |k: &str| format!("{ARCH}.{k}");
+        let bad = |detail: String| EngineError::Config(detail);
+        let n_blocks = md.u32(&key("block_count"))?;
+        let n_mtp = md.u32(&key("nextn_predict_layers")).unwrap_or(0);
+        if n_mtp >= n_blocks {
+            return Err(bad(format!(
+                "{n_blocks} blocks of which {n_mtp} multi-token-prediction layers: no main layers"
+            )));
+        }
+        let n_layer = n_blocks - n_mtp;
+        let recurrent = match md.bool_array(&key("attention.recurrent_layers")) {
+            Ok(flags) if flags.len() >= n_layer as usize => flags[..n_layer as usize].to_vec(),
+            Ok(flags) => {
+                return Err(bad(format!(
+                    "attention.recurrent_layers has {} entries for {n_layer} layers",
+                    flags.len()
+                )));
+            }
+            Err(_) => {
+                let interval = md.u32(&key("full_attention_interval")).unwrap_or(4).max(1);
+                (0..n_layer).map(|i| (i + 1) % interval != 0).collect()
+            }
+        };
+        let n_embd = md.u32(&key("embedding_length"))?;
+        let n_head = md.u32(&key("attention.head_count"))?;
+        let n_kv_head = md.u32(&key("attention.head_count_kv")).unwrap_or(n_head);
+        let head_dim = md.u32(&key("attention.key_length"))?;
+        if let Ok(v) = md.u32(&key("attention.value_length"))
+            && v != head_dim
+        {
+            return Err(bad(format!(
+                "value head dim {v} differs from key head dim {head_dim}"
+            )));
+        }
+        let rms_eps = md
+            .f32(&key("attention.layer_norm_rms_epsilon"))
+            .unwrap_or(1e-6);
+        let n_v = md.u32(&key("ssm.time_step_rank"))?;
+        let inner = md.u32(&key("ssm.inner_size"))?;
+        let delta = DeltaNetShape {
+            n_k: md.u32(&key("ssm.group_count"))?,
+            n_v,
+            d_k: md.u32(&key("ssm.state_size"))?,
+            d_v: inner.checked_div(n_v).unwrap_or(0),
+            eps: rms_eps,
+        };
+        let embd = file
+            .tensor("token_embd.weight")
+            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
+        let vocab = *embd.dims.get(1).unwrap_or(&0);
+        let cfg = Self {
+            n_layer,
+            n_embd,
+            n_ff: md.u32(&key("feed_forward_length"))?,
+            n_head,
+            n_kv_head,
+            head_dim,
+            n_rot: md.u32(&key("rope.dimension_count")).unwrap_or(head_dim),
+            vocab: u32::try_from(vocab).map_err(|_| bad(format!("vocabulary of {vocab}")))?,
+            rope_base: md.f32(&key("rope.freq_base")).unwrap_or(10_000_000.0),
+            rms_eps,
+            context_train: md.u32(&key("context_length")).unwrap_or(4096),
+            tied_embeddings: file.tensor("output.weight").is_none(),
+            recurrent,
+            delta,
+            conv_kernel: md.u32(&key("ssm.conv_kernel"))?,
+            n_mtp,
+        };
+        cfg.validate(inner)?;
+        Ok(cfg)
+    }
+
+    fn validate(&self, inner: u32) -> Result<()> {
+        let d = &self.delta;
+        let heads_ok =
+            self.n_head > 0 && self.n_kv_head > 0 && self.n_head.is_multiple_of(self.n_kv_head);
+        let attention_ok = self.head_dim <= 256
+            && self.head_dim.is_multiple_of(8)
+            && self.head_dim > 0
+            && self.n_rot <= self.head_dim
+            && self.n_rot.is_multiple_of(2);
+        let delta_ok = d.n_k > 0
+            && d.n_v > 0
+            && d.n_v.is_multiple_of(d.n_k)
+            && d.d_v * d.n_v == inner
+            && d.d_v > 0
+            && (1..=MAX_HEAD_DIM).contains(&d.d_k);
+        let conv_ok = (2..=MAX_TAPS).contains(&self.conv_kernel);
+        if self.n_layer <= 1024 && heads_ok && attention_ok && delta_ok && conv_ok {
+            return Ok(());
+        }
+        Err(EngineError::Config(format!(
+            "{} layers; attention: {} heads, {} KV heads, head dim {} (8..=256, multiple of 8), \
+             rope dims {}; DeltaNet: {} key heads, {} value heads (a multiple), key dim {} \
+             (≤ {MAX_HEAD_DIM}), inner size {inner}; conv kernel {} (2..={MAX_TAPS})",
+            self.n_layer,
+            self.n_head,
+            self.n_kv_head,
+            self.head_dim,
+            self.n_rot,
+            d.n_k,
+            d.n_v,
+            d.d_k,
+            self.conv_kernel
+        )))
+    }
+
+    pub(crate) fn attention(&self) -> AttentionShape {
+        AttentionShape {
+            n_embd: self.n_embd,
+            n_head: self.n_head,
+            n_kv: self.n_kv_head,
+            head_dim: self.head_dim,
+            n_rot: self.n_rot,
+            rope: RopeMode::Neox,
+            qk_norm: true,
+            gated: true,
+            eps: self.rms_eps,
+        }
+    }
+
+    /// Full-attention layers among the main layers.
+    pub fn n_attention_layers(&self) -> u32 {
+        self.recurrent.iter().filter(|r| !**r).count() as u32
+    }
+
+    /// (name, [rows, cols]) of every tensor the forward pass reads.
+    pub fn tensor_shapes(&self) -> Vec<(String, [u64; 2])> {
+        let e = self.n_embd as u64;
+        let mut v = vec![
+            ("token_embd.weight".to_string(), [self.vocab as u64, e]),
+            ("output_norm.weight".into(), [1, e]),
+        ];
+        if !self.tied_embeddings {
+            v.push(("output.weight".into(), [self.vocab as u64, e]));
+        }
+        let attention = self.attention();
+        for (i, &recurrent) in (0..).zip(&self.recurrent) {
+            if recurrent {
+                v.extend(DeltaNet::tensor_shapes(i, e, &self.delta, self.conv_kernel));
+            } else {
+                v.extend(attention.tensor_shapes(i));
+            }
+            v.extend(Mlp::tensor_shapes(
+                i,
+                "post_attention_norm",
+                self.n_embd,
+                self.n_ff,
+            ));
+        }
+        v
+    }
+
+    /// (name, [rows, cols]) of the required tensors of the multi-token-prediction layers.
+    pub fn mtp_tensor_shapes(&self) -> Vec<(String, [u64; 2])> {
+        let e = self.n_embd as u64;
+        let attention = self.attention();
+        (self.n_layer..self.n_layer + self.n_mtp)
+            .flat_map(|i| {
+                let n = |s: &str| format!("blk.{i}.nextn.{s}.weight");
+                let mut v = vec![
+                    (n("eh_proj"), [e, 2 * e]),
+                    (n("enorm"), [1, e]),
+                    (n("hnorm"), [1, e]),
+                ];
+                v.extend(attention.tensor_shapes(i));
+                v.extend(Mlp::tensor_shapes(
+                    i,
+                    "post_attention_norm",
+                    self.n_embd,
+                    self.n_ff,
+                ));
+                v
+            })
+            .collect()
+    }
+
+    /// The plan at `context` positions and `max_batch`-token steps (`mtp`: with the
+    /// multi-token-prediction layers uploaded).
+    pub fn memory_plan(
+        &self,
+        file: &GgufFile,
+        context: u32,
+        max_batch: u32,
+        mtp: bool,
+    ) -> MemoryPlan {
+        let mut shapes = self.tensor_shapes();
+        if mtp {
+            shapes.extend(self.mtp_tensor_shapes());
+        }
+        let mut plan = MemoryPlan {
+            weights: super::weight_bytes(file, &shapes),
+            ..Default::default()
+        };
+        let attention = self.attention();
+        let kv_layer = context as u64 * attention.kv_dim() as u64 * 4;
+        let n_attention =
+            self.n_attention_layers() as u64 + if mtp { self.n_mtp as u64 } else { 0 };
+        plan.kv_cache = 2 * n_attention * kv_layer;
+        let n_delta = self.n_layer as u64 - self.n_attention_layers() as u64;
+        let state = self.delta.state_len() * 4;
+        plan.recurrent_state = n_delta * (state + self.conv_state_len() * 4);
+        let b = max_batch as u64;
+        let per_token = Scratch::floats_per_token(&attention, self.n_ff)
+            + DeltaScratch::floats_per_token(&self.delta)
+            + self.vocab as u64;
+        plan.activations = 4 * b * per_token
+            + self.delta.chunk_scratch_bytes(max_batch)
+            + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
+        plan.largest_unsplittable = kv_layer
+            .max(b * self.vocab as u64 * 4)
+            .max(state)
+            .max(self.delta.chunk_scratch_bytes(max_batch));
+        plan
+    }
+
+    /// f32 values of one DeltaNet layer's conv state: the last kernel − 1 inputs.
+    fn conv_state_len(&self) -> u64 {
+        (self.conv_kernel as u64 - 1) * self.delta.qkv_len()
+    }
+}
+
+/// Activations of a DeltaNet layer's step.
+struct DeltaScratch {
+    /// attn_qkv's output before the conv, and the conv's output (q, k, v channels).
+    qkv_raw: wgpu::Buffer,
+    qkv: wgpu::Buffer,
+    /// attn_gate's output: the gate of the output norm.
+    z: wgpu::Buffer,
+    alpha: wgpu::Buffer,
+    beta: wgpu::Buffer,
+    /// The delta rule's output, and the same after the gated norm.
+    o: wgpu::Buffer,
+    o_normed: wgpu::Buffer,
+    /// The chunked form's per-chunk scratch.
+    chunks: wgpu::Buffer,
+}
+
+impl DeltaScratch {
+    fn new(l: &Loader, max_batch: u32, d: &DeltaNetShape) -> Result<Self> {
+        let b = max_batch as u64;
+        let value = d.n_v as u64 * d.d_v as u64;
+        Ok(Self {
+            qkv_raw: l.f32s("qkv", b * d.qkv_len())?,
+            qkv: l.f32s("qkv conv", b * d.qkv_len())?,
+            z: l.f32s("z", b * value)?,
+            alpha: l.f32s("alpha", b * d.n_v as u64)?,
+            beta: l.f32s("beta", b * d.n_v as u64)?,
+            o: l.f32s("delta out", b * value)?,
+            o_normed: l.f32s("delta out normed", b * value)?,
+            chunks: l.f32s("delta chunks", d.chunk_scratch_bytes(max_batch).div_ceil(4))?,
+        })
+    }
+
+    fn floats_per_token(d: &DeltaNetShape) -> u64 {
+        2 * d.qkv_len() + 3 * d.n_v as u64 * d.d_v as u64 + 2 * d.n_v as u64
+    }
+}
+
+/// A pre-norm Gated DeltaNet block: x += ssm_out · gated_norm(delta_rule(conv(qkv · xn))).
+struct DeltaNet {
+    norm: wgpu::Buffer,
+    qkv: GpuWeight,
+    z: GpuWeight,
+    beta: GpuWeight,
+    alpha: GpuWeight,
+    /// f32 [channels, kernel].
+    conv: wgpu::Buffer,
+    /// −exp(A_log) and the decay's bias, per value head.
+    a: wgpu::Buffer,
+    dt_bias: wgpu::Buffer,
+    out_norm: wgpu::Buffer,
+    out: GpuWeight,
+    /// [kernel − 1, channels]: the conv's last inputs.
+    conv_state: wgpu::Buffer,
+    /// [n_v, d_k, d_v]: the delta rule's state.
+    state: wgpu::Buffer,
+}
+
+impl DeltaNet {
+    fn tensor_shapes(blk: u32, e: u64, d: &DeltaNetShape, kernel: u32) -> Vec<(String, [u64; 2])> {
+        let n = |s: &str| format!("blk.{blk}.{s}");
+        let (qkv, value, n_v) = (d.qkv_len(), d.n_v as u64 * d.d_v as u64, d.n_v as u64);
+        vec![
+            (n("attn_norm.weight"), [1, e]),
+            (n("attn_qkv.weight"), [qkv, e]),
+            (n("attn_gate.weight"), [value, e]),
+            (n("ssm_beta.weight"), [n_v, e]),
+            (n("ssm_alpha.weight"), [n_v, e]),
+            (n("ssm_conv1d.weight"), [qkv, kernel as u64]),
+            (n("ssm_a"), [1, n_v]),
+            (n("ssm_dt.bias"), [1, n_v]),
+            (n("ssm_norm.weight"), [1, d.d_v as u64]),
+            (n("ssm_out.weight"), [e, value]),
+        ]
+    }
+
+    fn load(l: &Loader, blk: u32, cfg: &Qwen35Config) -> Result<Self> {
+        let n = |s: &str| format!("blk.{blk}.{s}");
+        Ok(Self {
+            norm: l.norm(&n("attn_norm.weight"))?,
+            qkv: l.matrix(&n("attn_qkv.weight"))?,
+            z: l.matrix(&n("attn_gate.weight"))?,
+            beta: l.matrix(&n("ssm_beta.weight"))?,
+            alpha: l.matrix(&n("ssm_alpha.weight"))?,
+            // Small per-channel parameters: widened to f32 like norm weights.
+            conv: l.norm(&n("ssm_conv1d.weight"))?,
+            a: l.norm(&n("ssm_a"))?,
+            dt_bias: l.norm(&n("ssm_dt.bias"))?,
+            out_norm: l.norm(&n("ssm_norm.weight"))?,
+            out: l.matrix(&n("ssm_out.weight"))?,
+            conv_state: l.f32s("conv state", cfg.conv_state_len())?,
+            state: l.f32s("delta state", cfg.delta.state_len())?,
+        })
+    }
+
+    /// Both buffers are fixed-size state, copied whole by snapshots and zeroed for a new
+    /// sequence.
+    fn state(&self) -> Vec<StateBuffer> {
+        [&self.conv_state, &self.state]
+            .map(|b| StateBuffer {
+                buffer: b.clone(),
+                row_bytes: None,
+            })
+            .to_vec()
+    }
+
+    fn record(
+        &self,
+        g: &mut Graph,
+        cfg: &Qwen35Config,
+        s: &Scratch,
+        d: &DeltaScratch,
+    ) -> Result<()> {
+        let shape = &cfg.delta;
+        let (e, channels) = (cfg.n_embd, shape.qkv_len() as u32);
+        let value = shape.n_v * shape.d_v;
+        g.rms_norm(&s.x, &self.norm, &s.xn, e, 1, cfg.rms_eps)?;
+        g.matvec(&self.qkv, &s.xn, &d.qkv_raw, channels, Write::Set)?;
+        g.matvec(&self.z, &s.xn, &d.z, value, Write::Set)?;
+        g.matvec(&self.beta, &s.xn, &d.beta, shape.n_v, Write::Set)?;
+        g.matvec(&self.alpha, &s.xn, &d.alpha, shape.n_v, Write::Set)?;
+        g.push(ops::conv1d::conv1d(
+            g.ctx,
+            &d.qkv_raw,
+            &self.conv,
+            &self.conv_state,
+            &d.qkv,
+            channels,
+            cfg.conv_kernel,
+            g.step,
+        )?);
+        let inputs = DeltaNetInputs {
+            qkv: &d.qkv,
+            alpha: &d.alpha,
+            beta: &d.beta,
+            a: &self.a,
+            dt_bias: &self.dt_bias,
+        };
+        // Decode steps are one token: the recurrent form. Prefill: the chunked form.
+        if g.tile == 1 {
+            g.push(ops::delta_net::delta_net(
+                g.ctx,
+                shape,
+                &inputs,
+                &self.state,
+                &d.o,
+                g.step,
+            )?);
+        } else {
+            g.dispatches.extend(ops::delta_net::delta_net_chunked(
+                g.ctx,
+                shape,
+                &inputs,
+                &self.state,
+                &d.o,
+                &d.chunks,
+                g.max_batch,
+                g.step,
+            )?);
+        }
+        g.push(ops::rms_norm::rms_norm_gated(
+            g.ctx,
+            &d.o,
+            &d.z,
+            &self.out_norm,
+            &d.o_normed,
+            shape.d_v,
+            shape.n_v,
+            cfg.rms_eps,
+            g.step,
+        )?);
+        g.matvec(&self.out, &d.o_normed, &s.x, e, Write::Add)
+    }
+}
+
+/// How a layer mixes tokens.
+enum Mixer {
+    Attention(Attention),
+    DeltaNet(DeltaNet),
+}
+
+/// A multi-token-prediction layer: predicts the token after next from the main model's last
+/// hidden state and the next token's embedding. Uploaded for speculative decoding, which
+/// will run it; the main forward pass never reads it.
+#[allow(dead_code)]
+struct Mtp {
+    eh_proj: GpuWeight,
+    enorm: wgpu::Buffer,
+    hnorm: wgpu::Buffer,
+    /// Its own output norm, when the file has one (otherwise the model's).
+    shared_head_norm: Option<wgpu::Buffer>,
+    attention: Attention,
+    mlp: Mlp,
+}
+
+impl Mtp {
+    fn load(l: &Loader, blk: u32, cfg: &Qwen35Config, context: u32) -> Result<Self> {
+        let n = |s: &str| format!("blk.{blk}.nextn.{s}.weight");
+        let shared = n("shared_head_norm");
+        Ok(Self {
+            eh_proj: l.matrix(&n("eh_proj"))?,
+            enorm: l.norm(&n("enorm"))?,
+            hnorm: l.norm(&n("hnorm"))?,
+            shared_head_norm: match l.has(&shared) {
+                true => Some(l.norm(&shared)?),
+                false => None,
+            },
+            attention: Attention::load(l, blk, &cfg.attention(), context)?,
+            mlp: Mlp::load(l, blk, "post_attention_norm")?,
+        })
+    }
+}
+
+/// A Qwen3.5 model on the GPU.
+pub(crate) struct Qwen35 {
+    cfg: Qwen35Config,
+    attention: AttentionShape,
+    embd: GpuWeight,
+    output: Option<GpuWeight>,
+    output_norm: wgpu::Buffer,
+    layers: Vec<(Mixer, Mlp)>,
+    /// Loaded only when asked for (`ModelOptions::mtp`).
+    #[allow(dead_code)]
+    mtp: Vec<Mtp>,
+    scratch: Scratch,
+    delta_scratch: DeltaScratch,
+    freqs: wgpu::Buffer,
+    max_batch: u32,
+}
+
+impl Qwen35 {
+    pub(crate) fn load(
+        l: &Loader,
+        cfg: &Qwen35Config,
+        context: u32,
+        max_batch: u32,
+        mtp: bool,
+    ) -> Result<Self> {
+        let attention = cfg.attention();
+        let embd = l.matrix("token_embd.weight")?;
+        let output = if cfg.tied_embeddings {
+            None
+        } else {
+            Some(l.matrix("output.weight")?)
+        };
+        let output_norm = l.norm("output_norm.weight")?;
+        let layers = (0..)
+            .zip(&cfg.recurrent)
+            .map(|(i, &recurrent)| {
+                let mixer = if recurrent {
+                    Mixer::DeltaNet(DeltaNet::load(l, i, cfg)?)
+                } else {
+                    Mixer::Attention(Attention::load(l, i, &attention, context)?)
+                };
+                Ok((mixer, Mlp::load(l, i, "post_attention_norm")?))
+            })
+            .collect::<Result<_>>()?;
+        let mtp = if mtp {
+            (cfg.n_layer..cfg.n_layer + cfg.n_mtp)
+                .map(|i| Mtp::load(l, i, cfg, context))
+                .collect::<Result<_>>()?
+        } else {
+            Vec::new()
+        };
+        let freqs = l.ctx.storage_buffer_init(
+            "rope freqs",
+            bytemuck::cast_slice(&ops::rope::frequencies(cfg.rope_base as f64, cfg.n_rot)),
+        )?;
+        Ok(Self {
+            scratch: Scratch::new(l, max_batch, &attention, cfg.n_ff)?,
+            delta_scratch: DeltaScratch::new(l, max_batch, &cfg.delta)?,
+            cfg: cfg.clone(),
+            attention,
+            embd,
+            output,
+            output_norm,
+            layers,
+            mtp,
+            freqs,
+            max_batch,
+        })
+    }
+}
+
+impl Forward for Qwen35 {
+    fn graph(
+        &self,
+        ctx: &GpuContext,
+        ids: &wgpu::Buffer,
+        step: &wgpu::Buffer,
+        tile: u32,
+    ) -> Result<Vec<Dispatch>> {
+        let (a, s) = (&self.attention, &self.scratch);
+        let mut g = Graph::embed(ctx, step, tile, self.max_batch, &self.embd, ids, &s.x)?;
+        for (mixer, mlp) in &self.layers {
+            match mixer {
+                Mixer::Attention(attention) => attention.record(&mut g, a, s, &self.freqs)?,
+                Mixer::DeltaNet(delta) => {
+                    delta.record(&mut g, &self.cfg, s, &self.delta_scratch)?
+                }
+            }
+            mlp.record(&mut g, a.n_embd, a.eps, s)?;
+        }
+        g.rms_norm(&s.x, &self.output_norm, &s.xn, a.n_embd, 1, a.eps)?;
+        Ok(g.dispatches)
+    }
+
+    fn hidden(&self) -> &wgpu::Buffer {
+        &self.scratch.xn
+    }
+
+    fn lm_head(&self) -> &GpuWeight {
+        self.output.as_ref().unwrap_or(&self.embd)
+    }
+
+    fn state(&self) -> Vec<Vec<StateBuffer>> {
+        self.layers
+            .iter()
+            .map(|(mixer, _)| match mixer {
+                Mixer::Attention(attention) => attention.state(&self.attention),
+                Mixer::DeltaNet(delta) => delta.state(),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# FrogNano-4B-shaped benchmark with a prebuilt `lilypad` binary, for machines that may have
+# a GPU but no Rust toolchain (build here with `cargo build --release -p lilypad-cli`, copy
+# the binary and this script). Writes a synthetic model (random Q4_K weights, FrogNano-4B's
+# shapes) once, then prints: the adapter, the memory plan at 2k and 8k context, kernel
+# bandwidth against the copy kernel, and prefill/decode tokens/s.
+#
+#   scripts/gpu-bench.sh [path/to/lilypad] [--prompt-tokens N] [--gen-tokens N]
+set -euo pipefail
+bin="${1:-}"
+if [[ -z "$bin" || "$bin" == --* ]]; then
+  bin="$(command -v lilypad || true)"
+  [[ -z "$bin" && -x "${CARGO_TARGET_DIR:-$HOME/.cache/lilypad/target}/release/lilypad" ]] \
+    && bin="${CARGO_TARGET_DIR:-$HOME/.cache/lilypad/target}/release/lilypad"
+else
+  shift
+fi
+[[ -x "$bin" ]] || { echo "usage: $0 path/to/lilypad [--prompt-tokens N] [--gen-tokens N]" >&2; exit 2; }
+prompt_tokens=512
+gen_tokens=64
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --prompt-tokens) prompt_tokens="$2"; shift 2 ;;
+    --gen-tokens) gen_tokens="$2"; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/lilypad-runtime-$(id -u)}"
+mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+
+model="${LILYPAD_BENCH_MODEL:-${TMPDIR:-/tmp}/frognano-4b-synthetic-q4_k.gguf}"
+[[ -f "$model" ]] || "$bin" synth --out "$model"
+
+echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) CPUs"
+"$bin" adapters
+for ctx in 2048 8192; do
+  echo "== memory at context $ctx"
+  "$bin" inspect "$model" --context "$ctx" | grep -E '^(GPU memory|largest|fits)'
+done
+echo "== kernels and whole model (prompt $prompt_tokens, generate $gen_tokens)"
+"$bin" bench --model "$model" --context 4096 --prompt-tokens "$prompt_tokens" --gen-tokens "$gen_tokens"

@@ -1,0 +1,403 @@
+//! Qwen3.5 (hybrid Gated DeltaNet + gated attention) against the committed reference fixture
+//! (tests/fixtures/qwen/README.md): qwen35-tiny's `model.gguf` (F32) must reproduce
+//! transformers' f32 logits over the prompt and its 16-token greedy continuation however the
+//! 80 tokens are split into steps (the chunked delta rule for prefill, the recurrent one for
+//! decode, with conv and delta state carried between steps), and across snapshot / restore.
+//! The Q8_0 GGUF must reproduce a float64 pass over its dequantized weights.
+
+use lilypad_engine::{EngineError, Logits, Model, ModelConfig, ModelOptions, SamplingParams};
+use lilypad_gguf::{GgmlType, GgufFile, Value};
+use lilypad_tests::copy_gguf;
+use lilypad_tests::qwen::{self, Fixture};
+use lilypad_tokenizer::TextTokenizer;
+
+const NAME: &str = "qwen35-tiny";
+
+fn fixture() -> Fixture {
+    Fixture::load(NAME)
+}
+
+fn eval(m: &mut Model, tokens: &[u32], want: Logits) -> Vec<f32> {
+    pollster::block_on(m.eval(tokens, want)).unwrap()
+}
+
+#[test]
+fn config_reads_qwen35_metadata() {
+    let f = fixture();
+    let ModelConfig::Qwen35(cfg) = ModelConfig::from_gguf(&f.file).unwrap() else {
+        panic!("not read as qwen35");
+    };
+    assert_eq!(cfg.recurrent, [true, true, false, true, true, false]);
+    assert_eq!(
+        (cfg.n_layer, cfg.n_embd, cfg.n_ff, cfg.vocab),
+        (6, 64, 96, 512)
+    );
+    assert_eq!(
+        (cfg.n_head, cfg.n_kv_head, cfg.head_dim, cfg.n_rot),
+        (4, 2, 32, 8)
+    );
+    let d = cfg.delta;
+    assert_eq!((d.n_k, d.n_v, d.d_k, d.d_v), (2, 4, 16, 16));
+    assert_eq!((cfg.conv_kernel, cfg.n_mtp), (4, 0));
+    assert!(cfg.tied_embeddings);
+    assert_eq!(cfg.rope_base, 1000.0);
+    assert_eq!(cfg.rms_eps, 1e-6);
+}
+
+/// All 80 tokens in one step, in steps of 24 (chunks of the delta rule that straddle step
+/// boundaries) and of 7 (steps shorter than a chunk).
+#[test]
+fn prefill_matches_transformers() {
+    let f = fixture();
+    for max_batch in [128, 24, 7] {
+        let Some(mut m) = f.model(256, max_batch) else {
+            return;
+        };
+        let logits = eval(&mut m, &f.tokens(), Logits::All);
+        f.check(&logits, 0, &format!("prefill in steps of {max_batch}"));
+    }
+}
+
+#[test]
+fn token_by_token_matches_transformers() {
+    let f = fixture();
+    let Some(mut m) = f.model(256, 64) else {
+        return;
+    };
+    let mut all = Vec::new();
+    for &t in &f.tokens() {
+        all.extend(eval(&mut m, &[t], Logits::Last));
+    }
+    f.check(&all, 0, "decode one token at a time");
+}
+
+/// Prefill, then decode on top of the prefilled state, then prefill again on top of that.
+#[test]
+fn prefill_and_decode_interleave() {
+    let f = fixture();
+    let Some(mut m) = f.model(256, 64) else {
+        return;
+    };
+    let tokens = f.tokens();
+    let mut all = eval(&mut m, &tokens[..37], Logits::All);
+    for &t in &tokens[37..45] {
+        all.extend(eval(&mut m, &[t], Logits::Last));
+    }
+    all.extend(eval(&mut m, &tokens[45..], Logits::All));
+    f.check(&all, 0, "prefill 37, decode 8, prefill 35");
+}
+
+#[test]
+fn greedy_continuation_matches_transformers() {
+    let f = fixture();
+    let Some(mut m) = f.model(256, 64) else {
+        return;
+    };
+    let sp = SamplingParams::greedy();
+    let n = f.manifest.greedy_tokens.len();
+    let prompt = &f.manifest.prompt_tokens;
+    let g = pollster::block_on(m.generate(prompt, &sp, n, &|_| false, &mut |_| true)).unwrap();
+    assert_eq!(g.tokens, f.manifest.greedy_tokens);
+}
+
+/// The snapshot holds the conv and delta state as well as the KV caches: after a detour
+/// that overwrites all of them, restoring continues exactly.
+#[test]
+fn restored_snapshot_continues_as_if_never_diverged() {
+    let f = fixture();
+    let Some(mut m) = f.model(256, 128) else {
+        return;
+    };
+    let tokens = f.tokens();
+    let (head, tail) = tokens.split_at(40);
+    let first = eval(&mut m, head, Logits::All);
+    f.check(&first, 0, "first half");
+    let snap = pollster::block_on(m.snapshot()).unwrap();
+    assert_eq!(snap.tokens(), head);
+
+    let garbage: Vec<u32> = (0..60).map(|i| (i * 37 + 11) % 509).collect();
+    eval(&mut m, &garbage, Logits::None);
+    let sp = SamplingParams::greedy();
+    pollster::block_on(m.generate(&[1, 2, 3], &sp, 5, &|_| false, &mut |_| true)).unwrap();
+
+    m.restore(&snap).unwrap();
+    assert_eq!(m.tokens(), head);
+    let rest = eval(&mut m, tail, Logits::All);
+    f.check(&rest, 40, "after restore");
+    m.restore(&snap).unwrap();
+    let again = eval(&mut m, &tail[..1], Logits::Last);
+    f.check(&again, 40, "second restore");
+}
+
+/// Recurrent state cannot be rewound: truncating below the current length starts over,
+/// reset starts from zero state, and a prompt that extends the sequence reuses all of it.
+#[test]
+fn recurrent_state_is_never_reused_wrongly() {
+    let f = fixture();
+    let Some(mut m) = f.model(256, 64) else {
+        return;
+    };
+    assert!(!m.can_rewind());
+    let tokens = f.tokens();
+    eval(&mut m, &tokens[..30], Logits::None);
+    m.truncate(30);
+    assert_eq!(m.tokens().len(), 30, "keeping every token keeps the state");
+    m.truncate(20);
+    assert!(m.tokens().is_empty(), "a rewind forgets the sequence");
+    let logits = eval(&mut m, &tokens[..22], Logits::All);
+    f.check(&logits, 0, "after a refused rewind");
+
+    m.reset();
+    let logits = eval(&mut m, &tokens[..5], Logits::All);
+    f.check(&logits, 0, "after reset");
+
+    // generate() on a prompt that extends the sequence evaluates only the new tokens; on one
+    // that diverges, everything again.
+    let sp = SamplingParams::greedy();
+    let g = pollster::block_on(m.generate(&tokens[..64], &sp, 1, &|_| false, &mut |_| true));
+    let g = g.unwrap();
+    assert_eq!((g.prompt_reused, g.prompt_evaluated), (5, 59));
+    assert_eq!(g.tokens[0], f.manifest.greedy_tokens[0]);
+    let mut other = tokens[..64].to_vec();
+    other[50] = (other[50] + 1) % 500;
+    let g = pollster::block_on(m.generate(&other, &sp, 1, &|_| false, &mut |_| true)).unwrap();
+    assert_eq!((g.prompt_reused, g.prompt_evaluated), (0, 64));
+    let g = pollster::block_on(m.generate(&tokens[..64], &sp, 1, &|_| false, &mut |_| true));
+    assert_eq!(g.unwrap().tokens[0], f.manifest.greedy_tokens[0]);
+}
+
+/// Q8_0 matrices dequantized in the kernels with f32 activations: compared with a float64
+/// pass over the same dequantized weights (`logits.q8_0.f32`).
+#[test]
+fn q8_0_gguf_matches_float64_over_its_weights() {
+    let f = Fixture::with(NAME, "model-q8_0.gguf", "logits.q8_0.f32");
+    assert_eq!(
+        f.file.tensor("blk.0.attn_qkv.weight").unwrap().ty,
+        GgmlType::Q8_0
+    );
+    let Some(mut m) = f.model(256, 128) else {
+        return;
+    };
+    let logits = eval(&mut m, &f.tokens(), Logits::All);
+    f.check(&logits, 0, "Q8_0 prefill");
+    m.reset();
+    let mut all = Vec::new();
+    for &t in &f.tokens()[..20] {
+        all.extend(eval(&mut m, &[t], Logits::Last));
+    }
+    f.check(&all, 0, "Q8_0 decode");
+}
+
+#[test]
+fn gguf_tokenizer_matches_transformers() {
+    let f = fixture();
+    let tok = TextTokenizer::from_gguf(&f.file.metadata).unwrap();
+    let check = &f.manifest.tokenizer_check;
+    assert_eq!(
+        tok.encode(&check.text, true).unwrap(),
+        check.transformers_ids
+    );
+}
+
+/// The fixture plus one multi-token-prediction layer (random weights, as llama.cpp's
+/// converter lays one out): `block_count` 7 with `nextn_predict_layers` 1.
+fn with_mtp_layer(f: &Fixture, drop: Option<&str>) -> Vec<u8> {
+    let mut w = copy_gguf(&f.file, &f.src, &|_| false);
+    w.metadata("qwen35.block_count", Value::U32(7));
+    w.metadata("qwen35.nextn_predict_layers", Value::U32(1));
+    let mut flags = f
+        .file
+        .metadata
+        .bool_array("qwen35.attention.recurrent_layers")
+        .unwrap();
+    flags.push(false);
+    w.metadata(
+        "qwen35.attention.recurrent_layers",
+        Value::Array(flags.into_iter().map(Value::Bool).collect()),
+    );
+    // The MTP block: a gated-attention layer like blk.2 plus the nextn projections.
+    let mut seed = 7u32;
+    let mut random = |n: u64| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((seed >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
+            })
+            .collect()
+    };
+    let mut add = |name: String, dims: &[u64]| {
+        if Some(name.as_str()) != drop {
+            let n = dims.iter().product();
+            w.tensor(&name, dims, GgmlType::F32, random(n)).unwrap();
+        }
+    };
+    for t in f
+        .file
+        .tensors
+        .iter()
+        .filter(|t| t.name.starts_with("blk.2."))
+    {
+        add(t.name.replacen("blk.2.", "blk.6.", 1), &t.dims);
+    }
+    add("blk.6.nextn.eh_proj.weight".into(), &[128, 64]);
+    add("blk.6.nextn.enorm.weight".into(), &[64]);
+    add("blk.6.nextn.hnorm.weight".into(), &[64]);
+    add("blk.6.nextn.shared_head_norm.weight".into(), &[64]);
+    w.to_bytes()
+}
+
+/// The MTP layer is read, checked and (on request) uploaded; the main model's logits are
+/// unchanged by it.
+#[test]
+fn multi_token_prediction_layer_loads() {
+    let f = fixture();
+    let bytes = with_mtp_layer(&f, None);
+    let file = GgufFile::read(&bytes).unwrap();
+    let cfg = ModelConfig::from_gguf(&file).unwrap();
+    let ModelConfig::Qwen35(c) = &cfg else {
+        panic!("not qwen35")
+    };
+    assert_eq!((c.n_layer, c.n_mtp), (6, 1));
+    let without = cfg.memory_plan(&file, 256, 64, false);
+    let with = cfg.memory_plan(&file, 256, 64, true);
+    assert!(with.weights > without.weights && with.kv_cache > without.kv_cache);
+
+    for mtp in [false, true] {
+        let opts = ModelOptions {
+            mtp,
+            ..qwen::options(256, 128)
+        };
+        let Some(mut m) = qwen::load_model(&file, &bytes, &opts) else {
+            return;
+        };
+        assert_eq!(
+            m.plan.weights,
+            if mtp { with.weights } else { without.weights }
+        );
+        let logits = eval(&mut m, &f.tokens(), Logits::All);
+        f.check(&logits, 0, &format!("with an MTP layer (uploaded: {mtp})"));
+    }
+
+    // A broken MTP layer is refused even when it would not be uploaded.
+    let bytes = with_mtp_layer(&f, Some("blk.6.nextn.eh_proj.weight"));
+    let file = GgufFile::read(&bytes).unwrap();
+    let Some(ctx) = lilypad_tests::gpu() else {
+        return;
+    };
+    let err = pollster::block_on(Model::load(
+        ctx,
+        &file,
+        &bytes,
+        &ModelOptions::default(),
+        &mut |_| {},
+    ))
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&err, EngineError::MissingTensor(n) if n == "blk.6.nextn.eh_proj.weight"),
+        "{err}"
+    );
+}
+
+/// Metadata that cannot describe a runnable Qwen3.5 is a typed error, not a panic.
+#[test]
+fn bad_qwen35_metadata_is_a_typed_error() {
+    let f = fixture();
+    let rewrite = |key: &str, v: Option<Value>| {
+        let mut w = copy_gguf(&f.file, &f.src, &|k| k == key);
+        if let Some(v) = v {
+            w.metadata(key, v);
+        }
+        GgufFile::read(&w.to_bytes()).unwrap()
+    };
+    for (key, v) in [
+        ("qwen35.ssm.group_count", Some(Value::U32(3))),
+        ("qwen35.ssm.inner_size", Some(Value::U32(63))),
+        ("qwen35.ssm.conv_kernel", Some(Value::U32(64))),
+        ("qwen35.ssm.state_size", Some(Value::U32(4096))),
+        ("qwen35.nextn_predict_layers", Some(Value::U32(6))),
+        (
+            "qwen35.attention.recurrent_layers",
+            Some(Value::Array(vec![Value::Bool(true); 3])),
+        ),
+    ] {
+        let err = ModelConfig::from_gguf(&rewrite(key, v)).unwrap_err();
+        assert!(matches!(err, EngineError::Config(_)), "{key}: {err}");
+    }
+    let err = ModelConfig::from_gguf(&rewrite("qwen35.ssm.time_step_rank", None)).unwrap_err();
+    assert!(matches!(err, EngineError::Gguf(_)), "{err}");
+
+    // Without the schedule array, full_attention_interval decides.
+    let file = rewrite("qwen35.attention.recurrent_layers", None);
+    let ModelConfig::Qwen35(c) = ModelConfig::from_gguf(&file).unwrap() else {
+        panic!()
+    };
+    assert_eq!(c.recurrent, [true, true, false, true, true, false]);
+}
+
+/// qwen35-tiny's `config.json` + `model.safetensors` converted on load.
+fn from_safetensors(quantize_to: Option<GgmlType>) -> Vec<u8> {
+    let dir = qwen::fixture_dir(NAME);
+    let config = std::fs::read(dir.join("config.json")).unwrap();
+    let st = std::fs::read(dir.join("model.safetensors")).unwrap();
+    lilypad_engine::models::hf::to_gguf(&config, &[&st], quantize_to).unwrap()
+}
+
+/// The conversion reproduces llama.cpp's converter tensor by tensor: names, shapes, types,
+/// the 1 + w norms, −exp(A_log) and the tiled value heads. Values agree to float rounding
+/// (exp is computed by a different library).
+#[test]
+fn safetensors_convert_to_the_reference_gguf() {
+    let f = fixture();
+    let bytes = from_safetensors(None);
+    let ours = GgufFile::read(&bytes).unwrap();
+    assert_eq!(
+        ModelConfig::from_gguf(&ours).unwrap(),
+        ModelConfig::from_gguf(&f.file).unwrap()
+    );
+    assert_eq!(ours.tensors.len(), f.file.tensors.len());
+    let floats = |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(b) };
+    for want in &f.file.tensors {
+        let got = ours
+            .tensor(&want.name)
+            .unwrap_or_else(|| panic!("{} missing", want.name));
+        assert_eq!((&got.dims, got.ty), (&want.dims, want.ty), "{}", want.name);
+        let (a, b) = (
+            floats(&ours.tensor_bytes(&bytes, got).unwrap()),
+            floats(&f.file.tensor_bytes(&f.src, want).unwrap()),
+        );
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x - y).abs() <= 1e-6 * y.abs().max(1.0),
+                "{}: {x} vs {y}",
+                want.name
+            );
+        }
+    }
+}
+
+#[test]
+fn safetensors_checkpoint_matches_transformers() {
+    let f = fixture();
+    for quantize_to in [None, Some(GgmlType::F16)] {
+        let bytes = from_safetensors(quantize_to);
+        let file = GgufFile::read(&bytes).unwrap();
+        let Some(mut m) = qwen::load_model(&file, &bytes, &qwen::options(128, 128)) else {
+            return;
+        };
+        let logits = eval(&mut m, &f.tokens(), Logits::All);
+        match quantize_to {
+            None => f.check(&logits, 0, "from safetensors"),
+            // F16 weights move this model's logits by ~4e-2 (fixture README).
+            Some(_) => {
+                let worst = logits
+                    .iter()
+                    .zip(&f.logits)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0f32, f32::max);
+                eprintln!("from safetensors, F16 weights: max |Δ| {worst:.3e}");
+                assert!(worst < 0.1, "F16: max |Δ| {worst}");
+            }
+        }
+    }
+}
