@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec scripts/wasm-cargo.sh check -p lilypad-gguf -p lilypad-engine -p lilypad-tokenizer \
-    -p lilypad-agent -p lilypad-chat -p lilypad-wasm "$@"
+    -p lilypad-agent -p lilypad-agent-wasm -p lilypad-chat -p lilypad-wasm "$@"

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the agent for the browser: crates/agent-wasm for wasm32 (toolchain: wasm-cargo.sh),
+# its JS glue with the wasm-bindgen CLI that build-wasm.sh installs (the same exact version),
+# and wasm-opt where installed. Output: web/src/agent/wasm/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+OUT=web/src/agent/wasm
+scripts/wasm-cargo.sh build --release -p lilypad-agent-wasm
+WASM="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/lilypad_agent_wasm.wasm"
+version="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"
+BINDGEN="$LILYPAD_CACHE/tools/bin/wasm-bindgen"
+if [[ ! -x "$BINDGEN" ]] || [[ "$("$BINDGEN" --version)" != "wasm-bindgen $version" ]]; then
+    echo "build-agent-wasm: installing wasm-bindgen-cli $version into $LILYPAD_CACHE/tools" >&2
+    CARGO_TARGET_DIR="$LILYPAD_CACHE/tools/target" cargo install --quiet --force \
+        wasm-bindgen-cli --version "$version" --root "$LILYPAD_CACHE/tools"
+fi
+rm -rf "$OUT"
+"$BINDGEN" --target web --out-dir "$OUT" "$WASM"
+if command -v wasm-opt >/dev/null 2>&1; then
+    wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+        --enable-mutable-globals --enable-reference-types --enable-multivalue \
+        "$OUT/lilypad_agent_wasm_bg.wasm" -o "$OUT/opt.wasm" &&
+        mv "$OUT/opt.wasm" "$OUT/lilypad_agent_wasm_bg.wasm" ||
+        echo "build-agent-wasm: wasm-opt failed; keeping the module as built" >&2
+fi
+echo "build-agent-wasm: $OUT/lilypad_agent_wasm_bg.wasm: $(stat -c %s "$OUT/lilypad_agent_wasm_bg.wasm") bytes" >&2
