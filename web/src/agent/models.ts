@@ -9,7 +9,7 @@ import type { ModelHost } from './wasm/lilypad_agent_wasm.js';
 type ModelRequest = Parameters<ModelHost['complete']>[0];
 type ModelReply = Awaited<ReturnType<ModelHost['complete']>>;
 
-/** The agent's messages (tool calls with parsed arguments) in OpenAI's shape. */
+/** The agent's messages (tool calls with parsed arguments). */
 interface AgentMessage {
   role: ChatMessage['role'];
   content: string;
@@ -18,7 +18,7 @@ interface AgentMessage {
   name?: string;
 }
 
-function toChatMessages(messages: unknown[]): ChatMessage[] {
+export function toChatMessages(messages: unknown[]): ChatMessage[] {
   return (messages as AgentMessage[]).map((m) => {
     const out: ChatMessage = { role: m.role, content: m.content };
     if (m.reasoning_content) out.reasoning_content = m.reasoning_content;

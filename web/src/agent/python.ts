@@ -120,10 +120,11 @@ export async function loadPython(options: PythonOptions = {}): Promise<PyodideRu
   const { loadPyodide } = (await import(/* @vite-ignore */ `${indexURL}pyodide.mjs`)) as typeof import('pyodide');
   const pyodide = await loadPyodide({ indexURL, packages: [] });
   const wheels = (await (await fetch(`${indexURL}wheels/wheels.json`)).json()) as string[];
+  const extractDir = pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')") as string;
   for (const name of wheels) {
     const response = await fetch(`${indexURL}wheels/${name}`);
     if (!response.ok) throw new Error(`pyodide: ${name}: HTTP ${response.status}`);
-    pyodide.unpackArchive(await response.arrayBuffer(), 'wheel');
+    pyodide.unpackArchive(await response.arrayBuffer(), 'wheel', { extractDir });
   }
   pyodide.runPython(DRIVER);
   return new PyodideRunner(pyodide);
