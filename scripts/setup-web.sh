@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the browser build and its tests need: Node ≥ 20.19 (Vite 7), web/'s npm packages
-# (npm ci, cache in $LILYPAD_CACHE/npm) and, with --browser, Debian's Chromium for the
-# end-to-end test. Prints the folder to put first on PATH for that Node.
+# (npm ci, cache in $LILYPAD_CACHE/npm), binaryen's wasm-opt where apt has it and, with
+# --browser, Debian's Chromium for the end-to-end test. Installs only what is missing.
+# Prints the folder to put first on PATH for that Node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${LILYPAD_CACHE:-$HOME/.cache/lilypad}"
@@ -43,8 +44,13 @@ if [[ "$(cat "$STAMP" 2>/dev/null)" != "$lock_sha" ]]; then
   echo "$lock_sha" > "$STAMP"
 fi
 
+missing=()
+command -v wasm-opt >/dev/null 2>&1 || missing+=(binaryen)
 if [[ "${1:-}" == "--browser" ]] && ! command -v "${CHROMIUM:-chromium}" >/dev/null 2>&1; then
-  echo "[setup-web] installing Chromium" >&2
-  apt_install chromium
+  missing+=(chromium)
+fi
+if (( ${#missing[@]} )) && command -v apt-get >/dev/null 2>&1; then
+  echo "[setup-web] installing ${missing[*]}" >&2
+  apt_install "${missing[@]}"
 fi
 echo "$BIN"

@@ -3,6 +3,7 @@
 //! unit-tested natively.
 
 use lilypad_agent::{Completion, FinishReason, Message, Sampling};
+use lilypad_engine::models::ModelConfig;
 use lilypad_engine::{AdapterSummary, GpuContext, Model};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -225,10 +226,13 @@ impl ModelInfo {
     pub fn new(name: &str, model: &Model, parameters: u64, file_bytes: u64) -> Self {
         Self {
             name: name.to_string(),
-            architecture: model.config.arch.clone(),
-            layers: model.config.n_layer,
-            embedding: model.config.n_embd,
-            vocab: model.config.vocab,
+            architecture: model.config.arch().to_string(),
+            layers: match &model.config {
+                ModelConfig::Llama(c) => c.n_layer,
+                ModelConfig::Qwen35(c) => c.n_layer,
+            },
+            embedding: model.config.n_embd(),
+            vocab: model.config.vocab(),
             context: model.context,
             parameters,
             file_bytes,
