@@ -18,11 +18,18 @@ if [[ ! -x "$BINDGEN" ]] || [[ "$("$BINDGEN" --version)" != "wasm-bindgen $versi
 fi
 rm -rf "$OUT"
 "$BINDGEN" --target web --out-dir "$OUT" "$WASM"
-if command -v wasm-opt >/dev/null 2>&1; then
+# Kept only if the optimised module still instantiates: an old binaryen can break it.
+if command -v wasm-opt >/dev/null 2>&1 &&
     wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
         --enable-mutable-globals --enable-reference-types --enable-multivalue \
         "$OUT/lilypad_agent_wasm_bg.wasm" -o "$OUT/opt.wasm" &&
-        mv "$OUT/opt.wasm" "$OUT/lilypad_agent_wasm_bg.wasm" ||
-        echo "build-agent-wasm: wasm-opt failed; keeping the module as built" >&2
+    node --input-type=module -e "
+        import { initSync } from '$PWD/$OUT/lilypad_agent_wasm.js';
+        import { readFileSync } from 'node:fs';
+        initSync({ module: readFileSync('$OUT/opt.wasm') });" 2>/dev/null; then
+    mv "$OUT/opt.wasm" "$OUT/lilypad_agent_wasm_bg.wasm"
+else
+    rm -f "$OUT/opt.wasm"
+    echo "build-agent-wasm: the module is not size-optimised (wasm-opt missing or too old)" >&2
 fi
 echo "build-agent-wasm: $OUT/lilypad_agent_wasm_bg.wasm: $(stat -c %s "$OUT/lilypad_agent_wasm_bg.wasm") bytes" >&2
