@@ -198,7 +198,19 @@ try {
     await page.uncheck('.agent-thinking');
     started = Date.now();
     await page.click('.agent-run');
-    await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: LONG });
+    const progress = setInterval(async () => {
+      const p = await page
+        .evaluate(() => ({
+          model: document.querySelector('.agent-model-status').textContent,
+          steps: document.querySelectorAll('.agent-step').length,
+          text: document.querySelector('.agent-step:last-child .agent-step-output')?.textContent.length ?? 0,
+        }))
+        .catch(() => undefined);
+      if (p) console.log(`  ${Math.round((Date.now() - started) / 1000)} s: ${p.model}; step ${p.steps}, ${p.text} characters`);
+    }, 30_000);
+    await page
+      .waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: LONG })
+      .finally(() => clearInterval(progress));
     results.model_run_ms = Date.now() - started;
     assert.equal(await panelState(), 'done', `${await page.textContent('.agent-run-status')} ${await page.textContent('.agent-model-status')}`);
     const t = await page.evaluate(() => window.lilypadAgent.panel.trajectory);
