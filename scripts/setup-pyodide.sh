@@ -14,7 +14,9 @@ done
 if [[ $have -ne ${#WHEELS[@]} ]]; then
   echo "[setup-pyodide] downloading ${WHEELS[*]} into $DIR" >&2
   mkdir -p "$DIR"
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary :all: \
+  # The test venv's pip (setup-python.sh), so no system pip is needed.
+  PY="$("$(dirname "$0")/setup-python.sh")/python"
+  "$PY" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary :all: \
     -d "$DIR" "${WHEELS[@]}" >&2
 fi
 echo "$DIR"
