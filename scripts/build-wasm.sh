@@ -22,7 +22,8 @@ if [[ ! -x "$BINDGEN" ]] || [[ "$("$BINDGEN" --version)" != "wasm-bindgen $versi
 fi
 
 rm -rf "$OUT"
-"$BINDGEN" --target web --out-dir "$OUT" "$WASM"
+# Function names (a tenth of the module) only serve stack traces: a panic's message survives.
+"$BINDGEN" --target web --remove-name-section --remove-producers-section --out-dir "$OUT" "$WASM"
 # Instantiates the module in Node: an old binaryen can emit a module that fails at start-up.
 starts() {
     node --input-type=module -e "
