@@ -17,7 +17,7 @@ if [[ ! -x "$BINDGEN" ]] || [[ "$("$BINDGEN" --version)" != "wasm-bindgen $versi
         wasm-bindgen-cli --version "$version" --root "$LILYPAD_CACHE/tools"
 fi
 rm -rf "$OUT"
-"$BINDGEN" --target web --out-dir "$OUT" "$WASM"
+"$BINDGEN" --target web --remove-name-section --remove-producers-section --out-dir "$OUT" "$WASM"
 # Kept only if the optimised module still instantiates: an old binaryen can break it.
 if command -v wasm-opt >/dev/null 2>&1 &&
     wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
