@@ -80,7 +80,11 @@ extern "C" {
     #[wasm_bindgen(method, getter, js_name = contextLength)]
     fn context_length(this: &ModelHost) -> f64;
     #[wasm_bindgen(method, catch)]
-    fn complete(this: &ModelHost, request: &JsValue, on_text: &Function) -> Result<Promise, JsValue>;
+    fn complete(
+        this: &ModelHost,
+        request: &JsValue,
+        on_text: &Function,
+    ) -> Result<Promise, JsValue>;
 }
 
 #[wasm_bindgen(start)]
@@ -100,7 +104,9 @@ fn js_message(e: &JsValue) -> String {
 }
 
 fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
-    value.serialize(&serde_wasm_bindgen::Serializer::json_compatible()).map_err(error)
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(error)
 }
 
 fn get(obj: &JsValue, key: &str) -> JsValue {
@@ -123,16 +129,24 @@ impl AgentWorkspace {
 
     /// Files from a folder picker: `paths[i]` (relative) holds `contents[i]`.
     #[wasm_bindgen(js_name = fromFiles)]
-    pub fn from_files(paths: Vec<String>, contents: Vec<Uint8Array>) -> Result<AgentWorkspace, JsValue> {
+    pub fn from_files(
+        paths: Vec<String>,
+        contents: Vec<Uint8Array>,
+    ) -> Result<AgentWorkspace, JsValue> {
         if paths.len() != contents.len() {
             return Err(error("fromFiles: as many contents as paths are needed"));
         }
-        let files = paths.into_iter().zip(contents.iter().map(Uint8Array::to_vec)).collect();
+        let files = paths
+            .into_iter()
+            .zip(contents.iter().map(Uint8Array::to_vec))
+            .collect();
         Ok(Self::wrap(Workspace::from_files(files).map_err(error)?))
     }
 
     fn wrap(ws: Workspace) -> Self {
-        Self { inner: Rc::new(RefCell::new(ws)) }
+        Self {
+            inner: Rc::new(RefCell::new(ws)),
+        }
     }
 
     /// Where the model sees the project (`/repo`).
@@ -167,8 +181,13 @@ impl AgentWorkspace {
             path: String,
             change: &'static str,
         }
-        let list: Vec<Entry> =
-            self.inner.borrow().changes().into_iter().map(|(path, change)| Entry { path, change }).collect();
+        let list: Vec<Entry> = self
+            .inner
+            .borrow()
+            .changes()
+            .into_iter()
+            .map(|(path, change)| Entry { path, change })
+            .collect();
         to_js(&list)
     }
 
@@ -193,7 +212,11 @@ impl AgentWorkspace {
     /// Resolves to `{ content, is_error }`.
     pub fn tool(&self, name: String, args: JsValue) -> Result<JsValue, JsValue> {
         let arguments: serde_json::Value = serde_wasm_bindgen::from_value(args).map_err(error)?;
-        let observation = self.inner.borrow_mut().tool(&ToolCall { name, arguments }).map_err(error)?;
+        let observation = self
+            .inner
+            .borrow_mut()
+            .tool(&ToolCall { name, arguments })
+            .map_err(error)?;
         to_js(&observation)
     }
 
@@ -202,7 +225,13 @@ impl AgentWorkspace {
     /// `onEvent` receives `{ type: 'step', index }`, `{ type: 'text', text }`, `{ type: 'tool', call }`,
     /// `{ type: 'observation', record }` and `{ type: 'trajectory', trajectory }` after every step;
     /// returning false stops the run. Resolves to the trajectory.
-    pub fn run(&self, task: String, config: JsValue, model: ModelHost, on_event: Function) -> Promise {
+    pub fn run(
+        &self,
+        task: String,
+        config: JsValue,
+        model: ModelHost,
+        on_event: Function,
+    ) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             let overrides: serde_json::Value = if config.is_undefined() || config.is_null() {
@@ -218,9 +247,15 @@ impl AgentWorkspace {
             let mut model = JsModel { host: model };
             let mut emit = |event: AgentEvent<'_>| -> bool {
                 let value = match event {
-                    AgentEvent::StepStarted(index) => to_js(&serde_json::json!({ "type": "step", "index": index })),
-                    AgentEvent::Text(text) => to_js(&serde_json::json!({ "type": "text", "text": text })),
-                    AgentEvent::ToolStarted(call) => to_js(&serde_json::json!({ "type": "tool", "call": call })),
+                    AgentEvent::StepStarted(index) => {
+                        to_js(&serde_json::json!({ "type": "step", "index": index }))
+                    }
+                    AgentEvent::Text(text) => {
+                        to_js(&serde_json::json!({ "type": "text", "text": text }))
+                    }
+                    AgentEvent::ToolStarted(call) => {
+                        to_js(&serde_json::json!({ "type": "tool", "call": call }))
+                    }
                     AgentEvent::ToolFinished(record) => {
                         to_js(&serde_json::json!({ "type": "observation", "record": record }))
                     }
@@ -237,7 +272,15 @@ impl AgentWorkspace {
                     }
                 }
             };
-            let result = run_agent(&mut model, &mut repo, &mut toolbox, &task, &config, &mut emit).await;
+            let result = run_agent(
+                &mut model,
+                &mut repo,
+                &mut toolbox,
+                &task,
+                &config,
+                &mut emit,
+            )
+            .await;
             inner.borrow_mut().end_run(toolbox);
             let trajectory = result.map_err(error)?;
             to_js(&trajectory)
@@ -246,7 +289,11 @@ impl AgentWorkspace {
 }
 
 fn web_sys_log(message: &str) {
-    js_sys::eval(&format!("console.warn({})", serde_json::Value::from(message))).ok();
+    js_sys::eval(&format!(
+        "console.warn({})",
+        serde_json::Value::from(message)
+    ))
+    .ok();
 }
 
 /// FrogNano's tool schemas, as the model is shown them.
@@ -260,7 +307,13 @@ pub fn tool_schemas_js() -> Result<JsValue, JsValue> {
 struct JsPython(PythonHost);
 
 impl PythonRunner for JsPython {
-    fn run(&mut self, repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> i32 {
+    fn run(
+        &mut self,
+        repo: &mut dyn Repository,
+        cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32 {
         match self.call(repo, cwd, argv, io) {
             Ok(status) => status,
             Err(message) => {
@@ -272,14 +325,24 @@ impl PythonRunner for JsPython {
 }
 
 impl JsPython {
-    fn call(&mut self, repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> Result<i32, String> {
+    fn call(
+        &mut self,
+        repo: &mut dyn Repository,
+        cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> Result<i32, String> {
         let files = Array::new();
         for (path, data) in repo.snapshot().map_err(|e| e.to_string())? {
-            let pair = Array::of2(&JsValue::from_str(path.as_str()), &Uint8Array::from(data.as_slice()));
+            let pair = Array::of2(
+                &JsValue::from_str(path.as_str()),
+                &Uint8Array::from(data.as_slice()),
+            );
             files.push(&pair);
         }
         let request = js_sys::Object::new();
-        let set = |k: &str, v: &JsValue| Reflect::set(&request, &JsValue::from_str(k), v).map(|_| ());
+        let set =
+            |k: &str, v: &JsValue| Reflect::set(&request, &JsValue::from_str(k), v).map(|_| ());
         let argv_js: Array = argv.iter().map(|a| JsValue::from_str(a)).collect();
         set("root", &JsValue::from_str(repo.root()))
             .and_then(|_| set("cwd", &JsValue::from_str(&cwd.display_under(repo.root()))))
@@ -303,7 +366,11 @@ impl JsPython {
             let path = RepoPath::new(&name).map_err(|e| e.to_string())?;
             let data = pair.get(1);
             let done = if data.is_null() || data.is_undefined() {
-                if repo.kind(&path).is_some() { repo.remove(&path) } else { Ok(()) }
+                if repo.kind(&path).is_some() {
+                    repo.remove(&path)
+                } else {
+                    Ok(())
+                }
             } else {
                 repo.write(&path, &Uint8Array::new(&data).to_vec())
             };
@@ -337,7 +404,9 @@ struct Streamed<'s, 'a> {
 impl Streamed<'_, '_> {
     fn drain(&mut self) {
         loop {
-            let Some(chunk) = self.stream.borrow_mut().chunks.pop_front() else { break };
+            let Some(chunk) = self.stream.borrow_mut().chunks.pop_front() else {
+                break;
+            };
             if !(self.sink)(&chunk) {
                 self.stream.borrow_mut().stopped = true;
             }
@@ -368,7 +437,11 @@ impl LanguageModel for JsModel {
         self.host.context_length() as usize
     }
 
-    async fn complete(&mut self, req: &Request<'_>, on_text: &mut TokenSink<'_>) -> Result<Completion, ModelError> {
+    async fn complete(
+        &mut self,
+        req: &Request<'_>,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<Completion, ModelError> {
         let other = |e: JsValue| ModelError::Other(js_message(&e));
         let request = to_js(&serde_json::json!({
             "messages": req.messages,
@@ -388,14 +461,25 @@ impl LanguageModel for JsModel {
             }
             !s.stopped
         });
-        let promise = self.host.complete(&request, on_chunk.as_ref().unchecked_ref()).map_err(other)?;
-        let result = Streamed { promise: JsFuture::from(promise), stream, sink: on_text }.await;
+        let promise = self
+            .host
+            .complete(&request, on_chunk.as_ref().unchecked_ref())
+            .map_err(other)?;
+        let result = Streamed {
+            promise: JsFuture::from(promise),
+            stream,
+            sink: on_text,
+        }
+        .await;
         drop(on_chunk);
         match result {
             Ok(value) => serde_wasm_bindgen::from_value(value)
                 .map_err(|e| ModelError::Other(format!("the model's reply: {e}"))),
             Err(e) if get(&e, "code").as_string().as_deref() == Some("context-full") => {
-                Err(ModelError::ContextFull { needed: 0, capacity: self.context_length() })
+                Err(ModelError::ContextFull {
+                    needed: 0,
+                    capacity: self.context_length(),
+                })
             }
             Err(e) => Err(other(e)),
         }

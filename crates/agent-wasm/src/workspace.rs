@@ -26,7 +26,10 @@ pub struct SharedRepo {
 
 impl SharedRepo {
     pub fn new(repo: VirtualRepo) -> Self {
-        Self { root: repo.root().to_string(), inner: Rc::new(RefCell::new(repo)) }
+        Self {
+            root: repo.root().to_string(),
+            inner: Rc::new(RefCell::new(repo)),
+        }
     }
 
     pub fn with<T>(&self, f: impl FnOnce(&VirtualRepo) -> T) -> T {
@@ -81,7 +84,10 @@ fn within(path: &RepoPath, scopes: &[RepoPath]) -> bool {
 impl VersionControl for Baseline {
     fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
         let scoped = |s: &Snapshot| -> Snapshot {
-            s.iter().filter(|(p, _)| within(p, paths)).map(|(p, d)| (p.clone(), d.clone())).collect()
+            s.iter()
+                .filter(|(p, _)| within(p, paths))
+                .map(|(p, d)| (p.clone(), d.clone()))
+                .collect()
         };
         let baseline = self.0.with(|r| scoped(r.baseline()));
         Ok(patch::diff(&baseline, &scoped(&repo.snapshot()?)))
@@ -130,12 +136,20 @@ impl Workspace {
 
     /// A zip or .tar.gz (one wrapping folder is unwrapped).
     pub fn from_archive(data: &[u8]) -> Result<Self, RepoError> {
-        Ok(Self::new(archive::import_archive(ROOT, data, ImportLimits::default())?))
+        Ok(Self::new(archive::import_archive(
+            ROOT,
+            data,
+            ImportLimits::default(),
+        )?))
     }
 
     /// Files from a folder picker: relative paths and contents.
     pub fn from_files(files: Vec<(String, Vec<u8>)>) -> Result<Self, RepoError> {
-        Ok(Self::new(archive::import_files(ROOT, files, ImportLimits::default())?))
+        Ok(Self::new(archive::import_files(
+            ROOT,
+            files,
+            ImportLimits::default(),
+        )?))
     }
 
     pub fn repo(&self) -> SharedRepo {
@@ -143,7 +157,10 @@ impl Workspace {
     }
 
     /// Runs `python`, `python3`, `pytest` and `pip` through `runner` from now on.
-    pub fn set_python(&mut self, runner: Option<Box<dyn PythonRunner>>) -> Result<(), WorkspaceError> {
+    pub fn set_python(
+        &mut self,
+        runner: Option<Box<dyn PythonRunner>>,
+    ) -> Result<(), WorkspaceError> {
         if self.toolbox.is_none() {
             return Err(busy());
         }
@@ -257,7 +274,9 @@ pub fn agent_config(overrides: &serde_json::Value) -> Result<AgentConfig, String
                     return Err(format!("unknown agent setting `{k}`"));
                 }
                 if k == "sampling" {
-                    if let (Some(s), serde_json::Value::Object(v)) = (c.get_mut(k).and_then(|s| s.as_object_mut()), v) {
+                    if let (Some(s), serde_json::Value::Object(v)) =
+                        (c.get_mut(k).and_then(|s| s.as_object_mut()), v)
+                    {
                         s.extend(v.clone());
                         continue;
                     }

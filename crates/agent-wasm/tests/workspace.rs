@@ -11,7 +11,11 @@ fn roman() -> Workspace {
     let files = ["TASK.md", "roman.py", "test_roman.py"]
         .iter()
         .map(|f| {
-            let data = std::fs::read(format!("{}/../../examples/roman/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+            let data = std::fs::read(format!(
+                "{}/../../examples/roman/{f}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
             (format!("roman/{f}"), data)
         })
         .collect();
@@ -19,7 +23,10 @@ fn roman() -> Workspace {
 }
 
 fn bash(ws: &mut Workspace, command: &str) -> String {
-    let call = ToolCall { name: "Bash".into(), arguments: json!({ "command": command }) };
+    let call = ToolCall {
+        name: "Bash".into(),
+        arguments: json!({ "command": command }),
+    };
     ws.tool(&call).unwrap().content
 }
 
@@ -27,9 +34,16 @@ fn bash(ws: &mut Workspace, command: &str) -> String {
 struct WritingPython;
 
 impl PythonRunner for WritingPython {
-    fn run(&mut self, repo: &mut dyn Repository, _cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> i32 {
+    fn run(
+        &mut self,
+        repo: &mut dyn Repository,
+        _cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32 {
         io.write_stdout(format!("{argv:?}\n").as_bytes());
-        repo.write(&RepoPath::new("out.txt").unwrap(), b"written\n").unwrap();
+        repo.write(&RepoPath::new("out.txt").unwrap(), b"written\n")
+            .unwrap();
         repo.remove(&RepoPath::new("TASK.md").unwrap()).unwrap();
         0
     }
@@ -40,14 +54,23 @@ fn imported_files_diff_and_git_in_the_shell() {
     let mut ws = roman();
     assert_eq!(ws.files(), ["TASK.md", "roman.py", "test_roman.py"]);
     assert_eq!(ws.diff(), "");
-    assert_eq!(bash(&mut ws, "git status --short"), "(Command completed with no output)");
+    assert_eq!(
+        bash(&mut ws, "git status --short"),
+        "(Command completed with no output)"
+    );
     ws.write("/repo/roman.py", b"X = 1\n").unwrap();
     assert_eq!(ws.changes(), [("roman.py".to_string(), "modified")]);
     assert_eq!(bash(&mut ws, "git status --short"), " M roman.py");
     let diff = bash(&mut ws, "git diff roman.py");
-    assert!(diff.starts_with("diff --git a/roman.py b/roman.py\n"), "{diff}");
+    assert!(
+        diff.starts_with("diff --git a/roman.py b/roman.py\n"),
+        "{diff}"
+    );
     assert!(diff.ends_with("\n+X = 1"), "{diff}");
-    assert_eq!(bash(&mut ws, "git diff test_roman.py"), "(Command completed with no output)");
+    assert_eq!(
+        bash(&mut ws, "git diff test_roman.py"),
+        "(Command completed with no output)"
+    );
     assert_eq!(ws.diff().trim_end(), diff);
     ws.undo().unwrap();
     assert_eq!(ws.diff(), "");
@@ -65,7 +88,13 @@ fn python_runs_through_the_runner_and_its_writes_land_in_the_project() {
     ws.set_python(Some(Box::new(WritingPython))).unwrap();
     assert_eq!(bash(&mut ws, "pytest -q"), "[\"pytest\", \"-q\"]");
     assert_eq!(ws.read("out.txt").unwrap(), b"written\n");
-    assert_eq!(ws.changes(), [("TASK.md".to_string(), "deleted"), ("out.txt".to_string(), "added")]);
+    assert_eq!(
+        ws.changes(),
+        [
+            ("TASK.md".to_string(), "deleted"),
+            ("out.txt".to_string(), "added")
+        ]
+    );
 }
 
 #[test]
@@ -73,7 +102,10 @@ fn a_run_holds_the_tools_and_the_page_still_reads_files() {
     let mut ws = roman();
     let mut toolbox: Toolbox = ws.begin_run().unwrap();
     assert!(matches!(ws.begin_run(), Err(WorkspaceError::Busy)));
-    let call = ToolCall { name: "Read".into(), arguments: json!({ "file_path": "roman.py" }) };
+    let call = ToolCall {
+        name: "Read".into(),
+        arguments: json!({ "file_path": "roman.py" }),
+    };
     assert!(matches!(ws.tool(&call), Err(WorkspaceError::Busy)));
     assert!(matches!(ws.set_python(None), Err(WorkspaceError::Busy)));
     let mut repo = ws.repo();
@@ -109,10 +141,20 @@ fn agent_settings_from_partial_json() {
     let c = agent_config(&json!({ "max_steps": 3, "sampling": { "temperature": 0.0 } })).unwrap();
     assert_eq!(c.max_steps, 3);
     assert_eq!(c.sampling.temperature, 0.0);
-    assert_eq!(c.sampling.top_k, 20, "other sampling fields keep FrogNano's defaults");
+    assert_eq!(
+        c.sampling.top_k, 20,
+        "other sampling fields keep FrogNano's defaults"
+    );
     assert!(c.enable_thinking);
-    assert_eq!(agent_config(&serde_json::Value::Null).unwrap(), lilypad_agent::AgentConfig::default());
-    assert!(agent_config(&json!({ "max_stpes": 3 })).unwrap_err().contains("max_stpes"));
+    assert_eq!(
+        agent_config(&serde_json::Value::Null).unwrap(),
+        lilypad_agent::AgentConfig::default()
+    );
+    assert!(
+        agent_config(&json!({ "max_stpes": 3 }))
+            .unwrap_err()
+            .contains("max_stpes")
+    );
     assert!(agent_config(&json!({ "max_steps": "many" })).is_err());
     assert!(agent_config(&json!([1])).is_err());
 }
