@@ -32,13 +32,20 @@ starts() {
         initSync({ module: readFileSync(process.argv[1]) });" "$1" 2>/dev/null
 }
 if command -v wasm-opt >/dev/null 2>&1; then
+    # A binaryen that broke this wasm-bindgen's output once is not tried again (Debian 12's
+    # binaryen 108 turns the externref table into a funcref table).
+    opt_version="$(wasm-opt --version | tr -c 'A-Za-z0-9.\n' _)"
+    BROKEN="$TOOLS/wasm-opt-fails-$opt_version-bindgen-$version"
+    if [[ -e "$BROKEN" ]]; then
+        echo "build-wasm: $(wasm-opt --version) breaks this module; keeping it as built" >&2
     # The features rustc enables by default for wasm32.
-    if wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+    elif wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
         --enable-mutable-globals --enable-reference-types --enable-multivalue \
         "$OUT/lilypad_wasm_bg.wasm" -o "$OUT/opt.wasm" && starts "$OUT/opt.wasm"; then
         mv "$OUT/opt.wasm" "$OUT/lilypad_wasm_bg.wasm"
     else
         rm -f "$OUT/opt.wasm"
+        mkdir -p "$TOOLS" && touch "$BROKEN"
         echo "build-wasm: $(wasm-opt --version) could not optimise the module; keeping it as built" >&2
     fi
 else
