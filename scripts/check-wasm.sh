@@ -1,48 +1,7 @@
 #!/usr/bin/env bash
-# Type-checks the browser crates (gguf, engine, tokenizer) for wasm32-unknown-unknown.
-#
-# Toolchain, in order of preference:
-#   1. rustup's toolchain with the wasm32-unknown-unknown target installed;
-#   2. the same after `rustup target add wasm32-unknown-unknown` (given 120 s);
-#   3. Debian's browser toolchain (rustc-web, cargo-web, rust-web-src, lld-19), which has no
-#      prebuilt wasm32 std: std is built from source with -Zbuild-std.
+# Type-checks the browser crates for wasm32-unknown-unknown (toolchain choice: wasm-cargo.sh).
 # Extra arguments are passed on to cargo check.
 set -euo pipefail
-
 cd "$(dirname "$0")/.."
-
-TARGET=wasm32-unknown-unknown
-PACKAGES=(-p lilypad-gguf -p lilypad-engine -p lilypad-tokenizer -p lilypad-agent -p lilypad-chat)
-
-have_rustup_target() {
-    command -v rustup >/dev/null 2>&1 &&
-        rustup target list --installed 2>/dev/null | grep -qx "$TARGET"
-}
-
-if have_rustup_target; then
-    echo "check-wasm: rustup toolchain with $TARGET" >&2
-    exec cargo check --target "$TARGET" "${PACKAGES[@]}" "$@"
-fi
-
-if command -v rustup >/dev/null 2>&1; then
-    echo "check-wasm: installing $TARGET with rustup" >&2
-    if timeout 120 rustup target add "$TARGET" && have_rustup_target; then
-        exec cargo check --target "$TARGET" "${PACKAGES[@]}" "$@"
-    fi
-    echo "check-wasm: rustup could not install $TARGET; using Debian's rustc-web" >&2
-fi
-
-if [[ ! -x /usr/bin/cargo || ! -d /usr/lib/rustlib/src/rust/library ]] ||
-    ! command -v wasm-ld-19 >/dev/null 2>&1; then
-    SUDO=()
-    if [[ $(id -u) -ne 0 ]]; then
-        SUDO=(sudo)
-    fi
-    "${SUDO[@]}" apt-get update
-    "${SUDO[@]}" apt-get install -y rustc-web cargo-web rust-web-src lld-19
-fi
-
-echo "check-wasm: Debian rustc-web with -Zbuild-std" >&2
-PATH=/usr/bin:$PATH RUSTC_BOOTSTRAP=1 \
-    CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=wasm-ld-19 \
-    exec /usr/bin/cargo check --target "$TARGET" -Zbuild-std=std,panic_abort "${PACKAGES[@]}" "$@"
+exec scripts/wasm-cargo.sh check -p lilypad-gguf -p lilypad-engine -p lilypad-tokenizer \
+    -p lilypad-agent -p lilypad-agent-wasm -p lilypad-chat -p lilypad-wasm "$@"

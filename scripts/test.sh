@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: kernels against CPU references, the GGUF reader's hostile inputs, the
-# tokenizer against llama.cpp's test vectors, the downloader against a local server, and
-# SmolLM2 against llama.cpp's fixture.
+# tokenizer against llama.cpp's test vectors, the downloader against a local server,
+# SmolLM2 against llama.cpp's fixture, and the engine in headless Chromium (test-web.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -15,3 +15,5 @@ PATH="$(scripts/setup-python.sh):$PATH"
 export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1 LILYPAD_REQUIRE_PYTEST=1
 # --all-targets: no doc-test pass (there are none), so the log closes on real tests.
 cargo test --workspace --all-targets "$@"
+# The browser: loader unit tests, then Chromium end to end against the native CLI.
+scripts/test-web.sh

@@ -113,6 +113,21 @@ pub fn import_archive(
     }
 }
 
+/// Imports files picked in a browser (a folder picker's `webkitRelativePath` and contents), with
+/// the same caps, confinement, skipped folders and unwrapping of a single top folder as archives.
+pub fn import_files(
+    root: &str,
+    files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    limits: ImportLimits,
+) -> Result<VirtualRepo, RepoError> {
+    let mut entries = Entries::new(limits);
+    for (name, data) in files {
+        entries.count()?;
+        entries.add_file(name, data.as_slice())?;
+    }
+    build(root, entries.items)
+}
+
 /// Imports a zip into a new repository shown at `root`. Symbolic links are left out (an
 /// in-memory repository has none); a single folder wrapping everything is unwrapped.
 pub fn import_zip(root: &str, data: &[u8], limits: ImportLimits) -> Result<VirtualRepo, RepoError> {

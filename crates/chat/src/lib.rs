@@ -3,7 +3,7 @@
 //! evaluates only its new tokens. It is the engine-backed [`LanguageModel`] the agent runs on.
 
 use lilypad_agent::{
-    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, TokenSink,
+    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling, TokenSink,
 };
 use lilypad_engine::{EngineError, Model, SamplingParams};
 use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
@@ -66,6 +66,104 @@ impl ChatSession {
     pub fn reset(&mut self) {
         self.previous = None;
         self.model.reset();
+    }
+
+    /// Generates after a raw prompt, with no chat template (special tokens written in it are
+    /// parsed, BOS follows the tokenizer). Returns the completion and the generated token ids,
+    /// end-of-turn token excluded. The cached prefix is still reused, but a later chat turn does
+    /// not build on this one.
+    pub async fn complete_prompt(
+        &mut self,
+        prompt: &str,
+        sampling: Sampling,
+        max_tokens: usize,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<(Completion, Vec<u32>), ModelError> {
+        self.previous = None;
+        let prompt = self.encode(prompt)?;
+        let (completion, mut tokens) = self.run(&prompt, sampling, max_tokens, on_text).await?;
+        if tokens.last().is_some_and(|&id| self.tok.is_stop(id)) {
+            tokens.pop();
+        }
+        Ok((completion, tokens))
+    }
+
+    /// Generates after `prompt`, streaming text to `on_text`; returns the completion and every
+    /// generated token id (an end-of-turn token included).
+    async fn run(
+        &mut self,
+        prompt: &[u32],
+        sampling: Sampling,
+        max_tokens: usize,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<(Completion, Vec<u32>), ModelError> {
+        let capacity = self.model.context as usize;
+        if prompt.len() >= capacity {
+            return Err(ModelError::ContextFull { needed: prompt.len() + 1, capacity });
+        }
+        let sp = SamplingParams {
+            temperature: sampling.temperature,
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
+            seed: sampling.seed,
+            ..SamplingParams::greedy()
+        };
+        let start = Instant::now();
+        let mut first: Option<Instant> = None;
+        let mut detok = self.tok.stream();
+        let mut text = String::new();
+        let mut stopped_by_caller = false;
+        let mut detok_error = None;
+        let tok = &self.tok;
+        let generation = self
+            .model
+            .generate(prompt, &sp, max_tokens, &|id| tok.is_stop(id), &mut |id| {
+                first.get_or_insert_with(Instant::now);
+                if tok.is_stop(id) {
+                    return false;
+                }
+                match detok.push(id) {
+                    Ok(piece) => {
+                        text.push_str(&piece);
+                        if !piece.is_empty() && !on_text(&piece) {
+                            stopped_by_caller = true;
+                            return false;
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        detok_error = Some(e.to_string());
+                        false
+                    }
+                }
+            })
+            .await
+            .map_err(engine_error)?;
+        if let Some(e) = detok_error {
+            return Err(ModelError::Other(e));
+        }
+        let end = Instant::now();
+        let first = first.unwrap_or(end);
+        let ended = generation.tokens.last().is_some_and(|&id| self.tok.is_stop(id));
+        let finish = if ended {
+            FinishReason::Stop
+        } else if stopped_by_caller {
+            FinishReason::Aborted
+        } else if generation.tokens.len() >= max_tokens {
+            FinishReason::Length
+        } else {
+            FinishReason::ContextFull
+        };
+        let completion = Completion {
+            text,
+            finish,
+            prompt_tokens: prompt.len(),
+            prefilled_tokens: generation.prompt_evaluated,
+            generated_tokens: generation.tokens.len(),
+            prefill_ms: (first - start).as_secs_f64() * 1e3,
+            decode_ms: (end - first).as_secs_f64() * 1e3,
+        };
+        Ok((completion, generation.tokens))
     }
 
     fn render(&self, messages: &[Message], tools: &[Value], generation_prompt: bool, thinking: bool) -> Result<String, ModelError> {
@@ -200,79 +298,16 @@ impl LanguageModel for ChatSession {
 
     async fn complete(&mut self, req: &Request<'_>, on_text: &mut TokenSink<'_>) -> Result<Completion, ModelError> {
         let (prompt_text, prompt) = self.prompt_tokens(req)?;
-        let capacity = self.model.context as usize;
-        if prompt.len() >= capacity {
-            return Err(ModelError::ContextFull { needed: prompt.len() + 1, capacity });
-        }
-        let sp = SamplingParams {
-            temperature: req.sampling.temperature,
-            top_k: req.sampling.top_k,
-            top_p: req.sampling.top_p,
-            seed: req.sampling.seed,
-            ..SamplingParams::greedy()
-        };
-        let start = Instant::now();
-        let mut first: Option<Instant> = None;
-        let mut detok = self.tok.stream();
-        let mut text = String::new();
-        let mut stopped_by_caller = false;
-        let mut detok_error = None;
-        let tok = &self.tok;
-        let generation = self
-            .model
-            .generate(&prompt, &sp, req.max_tokens, &|id| tok.is_stop(id), &mut |id| {
-                first.get_or_insert_with(Instant::now);
-                if tok.is_stop(id) {
-                    return false;
-                }
-                match detok.push(id) {
-                    Ok(piece) => {
-                        text.push_str(&piece);
-                        if !piece.is_empty() && !on_text(&piece) {
-                            stopped_by_caller = true;
-                            return false;
-                        }
-                        true
-                    }
-                    Err(e) => {
-                        detok_error = Some(e.to_string());
-                        false
-                    }
-                }
-            })
-            .await
-            .map_err(engine_error)?;
-        if let Some(e) = detok_error {
-            return Err(ModelError::Other(e));
-        }
-        let end = Instant::now();
-        let first = first.unwrap_or(end);
-        let ended = generation.tokens.last().is_some_and(|&id| self.tok.is_stop(id));
-        let finish = if ended {
-            FinishReason::Stop
-        } else if stopped_by_caller {
-            FinishReason::Aborted
-        } else if generation.tokens.len() >= req.max_tokens {
-            FinishReason::Length
-        } else {
-            FinishReason::ContextFull
-        };
-        let mut seen = prompt.clone();
-        seen.extend_from_slice(&generation.tokens);
+        let (completion, generated) = self.run(&prompt, req.sampling, req.max_tokens, on_text).await?;
+        let ended = generated.last().is_some_and(|&id| self.tok.is_stop(id));
+        let mut seen = prompt;
+        seen.extend_from_slice(&generated);
         self.previous = Some(PreviousTurn {
             n_messages: req.messages.len(),
             prompt_text,
             tokens: seen,
             ended,
         });
-        Ok(Completion {
-            text,
-            finish,
-            prompt_tokens: prompt.len(),
-            prefilled_tokens: generation.prompt_evaluated,
-            generated_tokens: generation.tokens.len(),
-            prefill_ms: (first - start).as_secs_f64() * 1e3,
-            decode_ms: (end - first).as_secs_f64() * 1e3,
-        })
+        Ok(completion)
     }
 }

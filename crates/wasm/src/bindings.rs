@@ -1,0 +1,241 @@
+//! The wasm-bindgen surface the Web Worker calls: `inspectHeader`, `loadEngine` and the
+//! `Engine` class. Requests and results are plain JSON-compatible objects (see `api.rs`);
+//! errors are JS `Error`s carrying a `code` (see `error.rs`).
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Function, Promise};
+use lilypad_agent::{LanguageModel, Request};
+use lilypad_chat::ChatSession;
+use lilypad_engine::{AdapterOptions, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions};
+use lilypad_gguf::GgufFile;
+use lilypad_tokenizer::TextTokenizer;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::api::{
+    AdapterInfo, ChatRequest, EngineInfo, GenerationResult, HeaderInfo, LoadOptions, ModelInfo,
+    PromptRequest, UploadProgress,
+};
+use crate::error::WebError;
+use crate::source::{JsByteSource, ModelReader};
+
+#[wasm_bindgen(typescript_custom_section)]
+const MODEL_READER: &str = r#"
+/** Synchronous ranged reads of a model file; `undefined` when the range is not there yet. */
+export interface ModelReader {
+  readonly size: number;
+  readAt(offset: number, length: number): Uint8Array | undefined;
+}
+"#;
+
+#[wasm_bindgen(start)]
+fn start() {
+    console_error_panic_hook::set_once();
+}
+
+impl From<WebError> for JsValue {
+    fn from(e: WebError) -> JsValue {
+        let error = js_sys::Error::new(&e.message);
+        // Setting a property on a fresh Error cannot fail.
+        let _ = js_sys::Reflect::set(&error, &"code".into(), &e.code.into());
+        error.into()
+    }
+}
+
+/// The message of a JS exception, whatever was thrown.
+pub(crate) fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
+}
+
+fn to_js<T: Serialize>(value: &T) -> Result<JsValue, WebError> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| WebError::new("internal", e.to_string()))
+}
+
+fn from_js<T: DeserializeOwned>(value: JsValue, what: &str) -> Result<T, WebError> {
+    serde_wasm_bindgen::from_value(value).map_err(|e| WebError::request(format!("{what}: {e}")))
+}
+
+/// Parses the GGUF header from whatever part of the file has arrived and checks that the
+/// engine runs its architecture. Returns `null` while the header is still incomplete, so a
+/// download can call it after each chunk and fail early on a file that will never load.
+#[wasm_bindgen(js_name = inspectHeader)]
+pub fn inspect_header(reader: ModelReader) -> Result<JsValue, JsValue> {
+    let src = JsByteSource::new(reader);
+    let file = match GgufFile::read(&src) {
+        Ok(file) => file,
+        Err(_) if src.hit_missing() => return Ok(JsValue::NULL),
+        Err(e) => return Err(WebError::from(e).into()),
+    };
+    let cfg = LlamaConfig::from_gguf(&file).map_err(WebError::from)?;
+    let info = HeaderInfo {
+        architecture: cfg.arch.clone(),
+        tensors: file.tensors.len(),
+        parameters: file.parameter_count(),
+        data_offset: file.data_offset,
+        context_train: cfg.context_train,
+        chat_template: file.metadata.get("tokenizer.chat_template").is_some(),
+    };
+    Ok(to_js(&info)?)
+}
+
+/// Opens the browser's WebGPU device, reads the model through `reader` tensor by tensor into
+/// GPU buffers and returns a ready engine. `on_progress` receives [`UploadProgress`] objects.
+#[wasm_bindgen(js_name = loadEngine)]
+pub async fn load_engine(
+    reader: ModelReader,
+    name: String,
+    options: JsValue,
+    on_progress: Function,
+) -> Result<Engine, JsValue> {
+    let options: LoadOptions = if options.is_undefined() || options.is_null() {
+        LoadOptions::default()
+    } else {
+        from_js(options, "load options")?
+    };
+    let src = JsByteSource::new(reader);
+    let file = GgufFile::read(&src).map_err(WebError::from)?;
+    let cfg = LlamaConfig::from_gguf(&file).map_err(WebError::from)?;
+    let tok = TextTokenizer::from_gguf(&file.metadata).map_err(WebError::from)?;
+    let gpu = GpuContext::new(&AdapterOptions::default()).await.map_err(WebError::from)?;
+
+    let tensors_total = cfg.tensor_shapes().len();
+    let mut tensors_done = 0;
+    let mut report = |p: LoadProgress| {
+        tensors_done += 1;
+        let event = UploadProgress {
+            phase: "upload",
+            tensor: p.tensor,
+            tensors_done,
+            tensors_total,
+            bytes_done: p.done_bytes,
+            bytes_total: p.total_bytes,
+        };
+        // Progress is informational: a throwing listener must not fail the load.
+        if let Ok(event) = to_js(&event) {
+            let _ = on_progress.call1(&JsValue::NULL, &event);
+        }
+    };
+    let opts = ModelOptions {
+        context: options.context,
+        max_chunk_bytes: options.max_chunk_bytes,
+        ..Default::default()
+    };
+    let model = Model::load(gpu.clone(), &file, &src, &opts, &mut report)
+        .await
+        .map_err(WebError::from)?;
+    let info = EngineInfo {
+        adapter: AdapterInfo::new(&gpu),
+        model: ModelInfo::new(&name, &model, file.parameter_count(), file.file_len),
+    };
+    let chat = ChatSession::new(model, tok, &name).map_err(WebError::from)?;
+    Ok(Engine { session: Rc::new(RefCell::new(Some(Session { chat, info }))) })
+}
+
+struct Session {
+    chat: ChatSession,
+    info: EngineInfo,
+}
+
+/// A loaded model. One request runs at a time (a second one fails with code `busy`); the
+/// conversation's state is kept between chat requests that extend it.
+#[wasm_bindgen]
+pub struct Engine {
+    session: Rc<RefCell<Option<Session>>>,
+}
+
+/// Streams text pieces to a JS callback; the callback returning `false` stops generation.
+fn text_sink(on_text: &Function) -> impl FnMut(&str) -> bool + '_ {
+    move |piece: &str| {
+        on_text
+            .call1(&JsValue::NULL, &JsValue::from_str(piece))
+            .map(|keep| keep.as_bool() != Some(false))
+            .unwrap_or(false)
+    }
+}
+
+#[wasm_bindgen]
+impl Engine {
+    /// Adapter, features, limits, model shape and GPU memory.
+    pub fn info(&self) -> Result<JsValue, JsValue> {
+        let session = self.session.try_borrow().map_err(|_| busy())?;
+        let session = session.as_ref().ok_or_else(unloaded)?;
+        Ok(to_js(&session.info)?)
+    }
+
+    /// A chat completion: `{ messages, tools?, max_tokens?, temperature?, top_p?, top_k?, seed? }`.
+    /// Resolves to a generation result; text pieces go to `on_text` as they are decoded.
+    pub fn chat(&self, request: JsValue, on_text: Function) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move {
+            let req: ChatRequest = from_js(request, "chat request")?;
+            let mut guard = session.try_borrow_mut().map_err(|_| busy())?;
+            let s = guard.as_mut().ok_or_else(unloaded)?;
+            let request = Request {
+                messages: &req.messages,
+                tools: &req.tools,
+                sampling: req.params.sampling()?,
+                max_tokens: req.params.max_tokens()?,
+                enable_thinking: req.enable_thinking,
+            };
+            let completion = s
+                .chat
+                .complete(&request, &mut text_sink(&on_text))
+                .await
+                .map_err(WebError::from)?;
+            Ok(to_js(&GenerationResult::new(&completion, None))?)
+        })
+    }
+
+    /// A raw completion: `{ prompt, max_tokens?, … }`, no chat template; the result carries the
+    /// generated token ids.
+    pub fn complete(&self, request: JsValue, on_text: Function) -> Promise {
+        let session = self.session.clone();
+        future_to_promise(async move {
+            let req: PromptRequest = from_js(request, "completion request")?;
+            let mut guard = session.try_borrow_mut().map_err(|_| busy())?;
+            let s = guard.as_mut().ok_or_else(unloaded)?;
+            let (completion, tokens) = s
+                .chat
+                .complete_prompt(
+                    &req.prompt,
+                    req.params.sampling()?,
+                    req.params.max_tokens()?,
+                    &mut text_sink(&on_text),
+                )
+                .await
+                .map_err(WebError::from)?;
+            Ok(to_js(&GenerationResult::new(&completion, Some(tokens)))?)
+        })
+    }
+
+    /// Forgets the cached conversation.
+    pub fn reset(&self) -> Result<(), JsValue> {
+        let mut session = self.session.try_borrow_mut().map_err(|_| busy())?;
+        session.as_mut().ok_or_else(unloaded)?.chat.reset();
+        Ok(())
+    }
+
+    /// Frees the model's GPU buffers; later calls fail with code `unloaded`.
+    pub fn unload(&self) -> Result<(), JsValue> {
+        let mut session = self.session.try_borrow_mut().map_err(|_| busy())?;
+        session.take();
+        Ok(())
+    }
+}
+
+fn busy() -> WebError {
+    WebError::new("busy", "the engine is still working on another request")
+}
+
+fn unloaded() -> WebError {
+    WebError::new("unloaded", "the model has been unloaded")
+}

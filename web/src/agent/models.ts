@@ -1,0 +1,104 @@
+/**
+ * The language models an agent run can use, as the agent's ModelHost: the browser engine's
+ * chat sessions (the conversation's state stays in the engine between steps, so each step
+ * evaluates only its new tokens) or a scripted list of replies (tests, demos, replays).
+ */
+import type { ChatMessage, Engine, EngineInfo } from '../lib/index';
+import type { ModelHost } from './wasm/lilypad_agent_wasm.js';
+
+type ModelRequest = Parameters<ModelHost['complete']>[0];
+type ModelReply = Awaited<ReturnType<ModelHost['complete']>>;
+
+/** The agent's messages (tool calls with parsed arguments). */
+interface AgentMessage {
+  role: ChatMessage['role'];
+  content: string;
+  reasoning_content?: string;
+  tool_calls?: Array<{ name: string; arguments: unknown }>;
+  name?: string;
+}
+
+export function toChatMessages(messages: unknown[]): ChatMessage[] {
+  return (messages as AgentMessage[]).map((m) => {
+    const out: ChatMessage = { role: m.role, content: m.content };
+    if (m.reasoning_content) out.reasoning_content = m.reasoning_content;
+    if (m.name) out.name = m.name;
+    if (m.tool_calls?.length) {
+      out.tool_calls = m.tool_calls.map((c) => ({
+        type: 'function',
+        function: { name: c.name, arguments: JSON.stringify(c.arguments ?? {}) },
+      }));
+    }
+    return out;
+  });
+}
+
+/** A model loaded in the browser engine (createEngine); `info` is its `engine.info()`. */
+export function engineModel(engine: Engine, info: EngineInfo): ModelHost {
+  return {
+    name: info.model.name,
+    contextLength: info.model.context,
+    async complete(req: ModelRequest, onText: (text: string) => boolean): Promise<ModelReply> {
+      const stream = await engine.chat.completions.create({
+        messages: toChatMessages(req.messages),
+        tools: req.tools,
+        stream: true,
+        max_tokens: req.max_tokens,
+        temperature: req.sampling.temperature,
+        top_p: req.sampling.top_p,
+        top_k: req.sampling.top_k,
+        seed: req.sampling.seed,
+        enable_thinking: req.enable_thinking,
+      });
+      let text = '';
+      let stopped = false;
+      let last: { finish_reason: string | null; usage?: { prompt_tokens: number; completion_tokens: number; prefilled_tokens: number }; timings?: { prefill_ms: number; decode_ms: number } } | undefined;
+      for await (const chunk of stream) {
+        const piece = chunk.choices[0]?.delta.content ?? '';
+        if (piece) {
+          text += piece;
+          if (!stopped && !onText(piece)) {
+            stopped = true;
+            engine.abort();
+          }
+        }
+        last = { finish_reason: chunk.choices[0]?.finish_reason ?? null, usage: chunk.usage, timings: chunk.timings };
+      }
+      const finish = last?.finish_reason === 'length' ? 'length' : last?.finish_reason === 'abort' || stopped ? 'aborted' : 'stop';
+      return {
+        text,
+        finish,
+        prompt_tokens: last?.usage?.prompt_tokens ?? 0,
+        prefilled_tokens: last?.usage?.prefilled_tokens ?? 0,
+        generated_tokens: last?.usage?.completion_tokens ?? 0,
+        prefill_ms: last?.timings?.prefill_ms ?? 0,
+        decode_ms: last?.timings?.decode_ms ?? 0,
+      };
+    },
+  };
+}
+
+/** Replies with `replies` in order, streamed word by word; fails when they run out. */
+export function scriptedModel(replies: string[], name = 'scripted'): ModelHost {
+  const queue = [...replies];
+  return {
+    name,
+    contextLength: Number.MAX_SAFE_INTEGER,
+    async complete(_req: ModelRequest, onText: (text: string) => boolean): Promise<ModelReply> {
+      const reply = queue.shift();
+      if (reply === undefined) throw new Error('the script has no more replies');
+      let finish: ModelReply['finish'] = 'stop';
+      let sent = '';
+      for (const piece of reply.split(/(?<= )/)) {
+        await Promise.resolve();
+        sent += piece;
+        if (!onText(piece)) {
+          finish = 'aborted';
+          break;
+        }
+      }
+      const words = sent.split(/\s+/).filter(Boolean).length;
+      return { text: sent, finish, prompt_tokens: 0, prefilled_tokens: 0, generated_tokens: words, prefill_ms: 0, decode_ms: 0 };
+    },
+  };
+}

@@ -1,0 +1,318 @@
+/**
+ * The agent panel: import a project (zip or folder), give a task, watch the steps stream, browse
+ * and edit files, see the patch, run the tests, download the patch, the project or the
+ * trajectory. It renders into any element and reaches the outside only through its PanelHost
+ * (models and saving files), so the playground page and the VS Code webview mount the same panel.
+ */
+import { FileEditor, PatchView } from './editor';
+import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type Trajectory } from './session';
+
+export interface ModelChoice {
+  id: string;
+  label: string;
+  /** What the choice needs typed in: a model URL, or scripted replies (a JSON array of strings). */
+  input?: 'url' | 'script';
+  /** Default for that input. */
+  value?: string;
+}
+
+export interface PanelHost {
+  models: ModelChoice[];
+  /** Makes (or reuses) the model for a run; `onStatus` shows loading progress. */
+  createModel(choice: string, input: string, onStatus: (text: string) => void): Promise<ModelHost>;
+  /** Hands a file to the user: a download in a page, a save dialog in an editor. */
+  save(name: string, data: Uint8Array | string, type: string): void;
+}
+
+const TEMPLATE = `
+<section class="agent-project">
+  <h2>Project</h2>
+  <label>Zip or .tar.gz <input class="agent-zip" type="file" accept=".zip,.tar.gz,.tgz,application/zip,application/gzip" /></label>
+  <label>…or a folder <input class="agent-folder" type="file" webkitdirectory multiple /></label>
+  <p class="agent-project-status" aria-live="polite">No project yet.</p>
+  <div class="agent-files-pane">
+    <ul class="agent-files" aria-label="Files"></ul>
+    <div class="agent-editor" aria-label="Editor"></div>
+  </div>
+  <div class="row">
+    <button type="button" class="agent-run-tests" disabled>Run the tests</button>
+    <button type="button" class="agent-undo" disabled>Undo</button>
+    <button type="button" class="agent-download-patch" disabled>Download patch</button>
+    <button type="button" class="agent-download-zip" disabled>Download project</button>
+  </div>
+  <pre class="agent-test-output" hidden></pre>
+</section>
+<section class="agent-task">
+  <h2>Task</h2>
+  <label>Model <select class="agent-model"></select></label>
+  <label class="agent-model-input-row"><span class="agent-model-input-label"></span>
+    <textarea class="agent-model-input" rows="2" spellcheck="false"></textarea></label>
+  <p class="agent-model-status" aria-live="polite"></p>
+  <textarea class="agent-task-text" rows="4" placeholder="What should the agent do?"></textarea>
+  <div class="grid">
+    <label>steps <input class="agent-max-steps" type="number" min="1" value="30" /></label>
+    <label>tokens per step <input class="agent-max-tokens" type="number" min="16" value="2048" /></label>
+    <label>temperature <input class="agent-temperature" type="number" min="0" step="0.1" value="0.6" /></label>
+    <label><input class="agent-thinking" type="checkbox" checked /> thinking</label>
+  </div>
+  <div class="row">
+    <button type="button" class="agent-run" disabled>Run the agent</button>
+    <button type="button" class="agent-stop" hidden>Stop</button>
+    <button type="button" class="agent-download-trajectory" disabled>Download trajectory</button>
+  </div>
+  <p class="agent-run-status" aria-live="polite"></p>
+  <ol class="agent-steps"></ol>
+  <h3>Patch</h3>
+  <div class="agent-patch"></div>
+</section>`;
+
+export class AgentPanel {
+  session?: AgentSession;
+  trajectory?: Trajectory;
+  private editor: FileEditor;
+  private patchView: PatchView;
+  private pendingWrite?: ReturnType<typeof setTimeout>;
+
+  constructor(readonly root: HTMLElement, private host: PanelHost) {
+    root.classList.add('agent-panel');
+    root.innerHTML = TEMPLATE;
+    root.dataset.state = 'empty';
+    this.editor = new FileEditor(this.$('.agent-editor'), (path, text) => this.userEdit(path, text));
+    this.patchView = new PatchView(this.$('.agent-patch'));
+    const select = this.$<HTMLSelectElement>('.agent-model');
+    for (const m of host.models) select.add(new Option(m.label, m.id));
+    select.onchange = () => this.showModelInput();
+    this.showModelInput();
+
+    const pick = (input: HTMLInputElement) => () => {
+      if (input.files?.length) void this.open(() => AgentSession.fromPicked(input.files!));
+    };
+    this.$<HTMLInputElement>('.agent-zip').onchange = pick(this.$('.agent-zip'));
+    this.$<HTMLInputElement>('.agent-folder').onchange = pick(this.$('.agent-folder'));
+    this.$('.agent-run-tests').onclick = () => this.runTests();
+    this.$('.agent-undo').onclick = () => this.guard(() => {
+      this.session!.undo();
+      this.refresh();
+    });
+    this.$('.agent-download-patch').onclick = () => this.host.save(`${this.session!.name}.patch`, this.session!.patch(), 'text/x-diff');
+    this.$('.agent-download-zip').onclick = () => this.host.save(`${this.session!.name}.zip`, this.session!.exportZip(), 'application/zip');
+    this.$('.agent-download-trajectory').onclick = () =>
+      this.host.save('trajectory.json', `${JSON.stringify(this.trajectory, null, 2)}\n`, 'application/json');
+    this.$('.agent-run').onclick = () => void this.run();
+    this.$('.agent-stop').onclick = () => this.session?.stop();
+  }
+
+  private $<T extends HTMLElement = HTMLElement>(selector: string): T {
+    return this.root.querySelector(selector) as T;
+  }
+
+  private showModelInput() {
+    const choice = this.host.models.find((m) => m.id === this.$<HTMLSelectElement>('.agent-model').value);
+    const row = this.$('.agent-model-input-row');
+    row.hidden = !choice?.input;
+    this.$('.agent-model-input-label').textContent = choice?.input === 'script' ? 'Replies (JSON array of strings)' : 'Model URL';
+    this.$<HTMLTextAreaElement>('.agent-model-input').value = choice?.value ?? '';
+  }
+
+  private setStatus(selector: string, text: string, error = false) {
+    const el = this.$(selector);
+    el.textContent = text;
+    el.classList.toggle('error', error);
+  }
+
+  private guard(f: () => void) {
+    try {
+      f();
+    } catch (e) {
+      this.setStatus('.agent-project-status', String((e as Error).message ?? e), true);
+    }
+  }
+
+  /** Opens a project (from a picker, or from code: `panel.open(() => AgentSession.fromArchive(bytes))`). */
+  async open(make: () => Promise<AgentSession>): Promise<void> {
+    if (this.session?.isRunning) return;
+    this.root.dataset.state = 'loading';
+    this.setStatus('.agent-project-status', 'Importing…');
+    try {
+      this.session = await make();
+      this.trajectory = undefined;
+      this.$('.agent-steps').replaceChildren();
+      this.editor.clear();
+      this.setStatus('.agent-project-status', `${this.session.files().length} files; loading Python…`);
+      this.refresh();
+      const python = await this.session.enablePython();
+      this.setStatus('.agent-project-status', `${this.session.name}: ${this.session.files().length} files at ${this.session.root}; Python ${python.version} with pytest`);
+      this.root.dataset.state = 'ready';
+    } catch (e) {
+      this.root.dataset.state = this.session ? 'ready' : 'empty';
+      this.setStatus('.agent-project-status', `Import failed: ${(e as Error).message ?? e}`, true);
+    }
+    this.refresh();
+  }
+
+  /** Redraws the file list, the open file and the patch from the workspace. */
+  refresh() {
+    const s = this.session;
+    const running = !!s?.isRunning;
+    for (const b of ['.agent-run-tests', '.agent-undo']) this.$<HTMLButtonElement>(b).disabled = !s || running;
+    this.$<HTMLButtonElement>('.agent-run').disabled = !s || running;
+    this.$<HTMLButtonElement>('.agent-download-zip').disabled = !s;
+    this.$('.agent-stop').hidden = !running;
+    this.$<HTMLButtonElement>('.agent-download-trajectory').disabled = !this.trajectory;
+    if (!s) return;
+    const patch = s.patch();
+    this.$<HTMLButtonElement>('.agent-download-patch').disabled = patch === '';
+    this.patchView.show(patch);
+    const changed = new Map(s.changes().map((c) => [c.path, c.change]));
+    const list = this.$('.agent-files');
+    list.replaceChildren(
+      ...s.files().map((path) => {
+        const li = document.createElement('li');
+        const button = document.createElement('button');
+        button.type = 'button';
+        button.textContent = path;
+        button.dataset.path = path;
+        if (changed.has(path)) button.dataset.change = changed.get(path);
+        if (path === this.editor.current) button.setAttribute('aria-current', 'true');
+        button.onclick = () => this.showFile(path);
+        li.append(button);
+        return li;
+      }),
+    );
+    const current = this.editor.current;
+    if (current && s.files().includes(current)) this.showFile(current);
+    else if (current) this.editor.clear();
+  }
+
+  showFile(path: string) {
+    if (!this.session) return;
+    this.editor.show(path, this.session.readText(path), this.session.isRunning);
+    for (const b of this.root.querySelectorAll<HTMLButtonElement>('.agent-files button')) {
+      b.toggleAttribute('aria-current', b.dataset.path === path);
+    }
+  }
+
+  private userEdit(path: string, text: string) {
+    clearTimeout(this.pendingWrite);
+    this.pendingWrite = setTimeout(() => this.guard(() => {
+      this.session?.writeText(path, text);
+      this.refresh();
+    }), 300);
+  }
+
+  runTests() {
+    if (!this.session) return;
+    const out = this.$('.agent-test-output');
+    const result = this.session.runTests();
+    out.hidden = false;
+    out.textContent = result.content;
+    out.dataset.passed = String(!result.is_error);
+    this.refresh();
+  }
+
+  private settings(): AgentSettings {
+    const num = (s: string) => Number(this.$<HTMLInputElement>(s).value);
+    return {
+      max_steps: num('.agent-max-steps'),
+      max_tokens_per_step: num('.agent-max-tokens'),
+      enable_thinking: this.$<HTMLInputElement>('.agent-thinking').checked,
+      sampling: { temperature: num('.agent-temperature') },
+    };
+  }
+
+  /** Runs the agent on the task in the form; resolves when it has finished. */
+  async run(): Promise<Trajectory | undefined> {
+    const s = this.session;
+    const task = this.$<HTMLTextAreaElement>('.agent-task-text').value.trim();
+    if (!s || s.isRunning) return;
+    if (!task) {
+      this.setStatus('.agent-run-status', 'Give the agent a task first.', true);
+      return;
+    }
+    const choice = this.$<HTMLSelectElement>('.agent-model').value;
+    const input = this.$<HTMLTextAreaElement>('.agent-model-input').value;
+    this.root.dataset.state = 'running';
+    delete this.root.dataset.exit;
+    this.$('.agent-steps').replaceChildren();
+    this.setStatus('.agent-run-status', 'Preparing the model…');
+    let model: ModelHost;
+    try {
+      model = await this.host.createModel(choice, input, (t) => this.setStatus('.agent-model-status', t));
+    } catch (e) {
+      this.root.dataset.state = 'error';
+      this.setStatus('.agent-run-status', `The model could not be loaded: ${(e as Error).message ?? e}`, true);
+      return;
+    }
+    this.setStatus('.agent-run-status', `Running with ${model.name}…`);
+    const run = s.run(task, model, this.settings(), (e) => this.onEvent(e));
+    this.refresh();
+    try {
+      this.trajectory = await run;
+      const exit = this.trajectory.exit;
+      this.root.dataset.exit = exit?.reason ?? '';
+      const steps = this.trajectory.steps.length;
+      this.setStatus('.agent-run-status', `Finished after ${steps} step${steps === 1 ? '' : 's'}: ${exit?.reason.replace(/_/g, ' ')}${exit?.detail ? ` (${exit.detail})` : ''}`);
+      this.root.dataset.state = 'done';
+    } catch (e) {
+      this.root.dataset.state = 'error';
+      this.setStatus('.agent-run-status', `The run failed: ${(e as Error).message ?? e}`, true);
+    }
+    this.refresh();
+    return this.trajectory;
+  }
+
+  private currentStep?: { output: HTMLElement; calls: HTMLElement };
+
+  private onEvent(e: AgentEvent) {
+    switch (e.type) {
+      case 'step': {
+        const li = document.createElement('li');
+        li.className = 'agent-step';
+        li.dataset.index = String(e.index);
+        const output = document.createElement('pre');
+        output.className = 'agent-step-output';
+        const calls = document.createElement('ul');
+        calls.className = 'agent-step-calls';
+        li.append(output, calls);
+        this.$('.agent-steps').append(li);
+        this.currentStep = { output, calls };
+        break;
+      }
+      case 'text':
+        this.currentStep?.output.append(e.text);
+        break;
+      case 'tool': {
+        const li = document.createElement('li');
+        li.className = 'agent-call';
+        const summary = document.createElement('code');
+        summary.textContent = `${e.call.name}(${JSON.stringify(e.call.arguments)})`;
+        li.append(summary);
+        this.currentStep?.calls.append(li);
+        break;
+      }
+      case 'observation': {
+        const calls = this.currentStep?.calls;
+        let li = calls?.lastElementChild as HTMLElement | null;
+        if (!li || li.querySelector('details') || !e.record.call) {
+          li = document.createElement('li');
+          li.className = 'agent-call';
+          calls?.append(li);
+        }
+        const details = document.createElement('details');
+        details.dataset.error = String(e.record.is_error);
+        const summary = document.createElement('summary');
+        summary.textContent = `${e.record.is_error ? 'error' : 'result'}, ${e.record.observation.length} characters`;
+        const pre = document.createElement('pre');
+        pre.textContent = e.record.observation;
+        details.append(summary, pre);
+        li.append(details);
+        this.refresh();
+        break;
+      }
+      case 'trajectory':
+        this.trajectory = e.trajectory;
+        this.refresh();
+        break;
+    }
+  }
+}

@@ -1,0 +1,214 @@
+/**
+ * Python in the page: Pyodide (served with the app from /pyodide/, never from a CDN) with
+ * pytest's wheels unpacked into its site-packages. Implements the agent's PythonHost: before
+ * every run the project's files are written to /repo in Pyodide's file system (files that are
+ * gone are removed), the project's modules are dropped from sys.modules, stale bytecode is
+ * deleted and import caches are invalidated, so each run sees the current files; afterwards the
+ * files the program wrote come back as changes.
+ */
+import type { PyodideAPI } from 'pyodide';
+import type { PythonHost } from './wasm/lilypad_agent_wasm.js';
+
+type RunRequest = Parameters<PythonHost['run']>[0];
+type RunResult = ReturnType<PythonHost['run']>;
+
+/** Caches and bytecode are never part of the project. */
+const SKIPPED = new Set(['__pycache__', '.pytest_cache', '.git']);
+
+/** Runs one command line inside the interpreter (see runCommand below). */
+const DRIVER = String.raw`
+import io, importlib, os, runpy, shutil, sys, traceback
+
+sys.dont_write_bytecode = True
+_base_path = list(sys.path)
+
+def _purge(root):
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, '__file__', None) or ''
+        if f.startswith(root + '/'):
+            del sys.modules[name]
+    for dirpath, dirnames, _ in os.walk(root):
+        if '__pycache__' in dirnames:
+            shutil.rmtree(os.path.join(dirpath, '__pycache__'), ignore_errors=True)
+            dirnames.remove('__pycache__')
+    importlib.invalidate_caches()
+
+def _exit_code(e):
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code
+    print(e.code, file=sys.stderr)
+    return 1
+
+def _lilypad_run(argv, cwd, root, stdin):
+    argv = list(argv)
+    _purge(root)
+    os.chdir(cwd)
+    sys.path[:] = _base_path
+    sys.stdin = io.StringIO(stdin)
+    prog = os.path.basename(argv[0])
+    args = argv[1:]
+    try:
+        if prog == 'pytest' or prog.startswith('py.test'):
+            import pytest
+            sys.argv = ['pytest'] + args
+            return int(pytest.main(args))
+        if prog.startswith('pip'):
+            print('pip: installing packages is not available in the browser; the standard library and pytest are.', file=sys.stderr)
+            return 1
+        # python / python3
+        while args and args[0] in ('-u', '-B', '-q', '-I', '-E', '-s'):
+            args.pop(0)
+        if args and args[0] in ('-V', '--version'):
+            print('Python ' + sys.version.split()[0])
+            return 0
+        if args and args[0] == '-c':
+            if len(args) < 2:
+                print('Argument expected for the -c option', file=sys.stderr)
+                return 2
+            sys.argv = ['-c'] + args[2:]
+            sys.path.insert(0, '')
+            exec(compile(args[1], '<string>', 'exec'), {'__name__': '__main__'})
+            return 0
+        if args and args[0] == '-m':
+            if len(args) < 2:
+                print('Argument expected for the -m option', file=sys.stderr)
+                return 2
+            module, rest = args[1], args[2:]
+            sys.path.insert(0, cwd)
+            if module == 'pytest':
+                import pytest
+                sys.argv = ['pytest'] + rest
+                return int(pytest.main(rest))
+            sys.argv = [module] + rest
+            runpy.run_module(module, run_name='__main__', alter_sys=True)
+            return 0
+        if not args or args[0] == '-':
+            sys.argv = [''] + args[1:]
+            sys.path.insert(0, '')
+            exec(compile(stdin, '<stdin>', 'exec'), {'__name__': '__main__'})
+            return 0
+        script = args[0]
+        if not os.path.exists(script):
+            print(f"python3: can't open file '{os.path.abspath(script)}': [Errno 2] No such file or directory", file=sys.stderr)
+            return 2
+        sys.argv = args
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        runpy.run_path(script, run_name='__main__')
+        return 0
+    except SystemExit as e:
+        return _exit_code(e)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.chdir('/')
+`;
+
+export interface PythonOptions {
+  /** Where pyodide/ (the runtime and wheels/) is served; default: the page's base URL. */
+  baseUrl?: string;
+}
+
+/** Loads Pyodide and pytest; resolves to the runner the agent's shell calls. */
+export async function loadPython(options: PythonOptions = {}): Promise<PyodideRunner> {
+  const base = new URL(options.baseUrl ?? import.meta.env.BASE_URL, location.href);
+  const indexURL = new URL('pyodide/', base).href;
+  const { loadPyodide } = (await import(/* @vite-ignore */ `${indexURL}pyodide.mjs`)) as typeof import('pyodide');
+  const pyodide = await loadPyodide({ indexURL, packages: [] });
+  const wheels = (await (await fetch(`${indexURL}wheels/wheels.json`)).json()) as string[];
+  const extractDir = pyodide.runPython("import sysconfig; sysconfig.get_path('purelib')") as string;
+  for (const name of wheels) {
+    const response = await fetch(`${indexURL}wheels/${name}`);
+    if (!response.ok) throw new Error(`pyodide: ${name}: HTTP ${response.status}`);
+    pyodide.unpackArchive(await response.arrayBuffer(), 'wheel', { extractDir });
+  }
+  pyodide.runPython(DRIVER);
+  return new PyodideRunner(pyodide);
+}
+
+export class PyodideRunner implements PythonHost {
+  private output: RunResult['output'] = [];
+
+  constructor(readonly pyodide: PyodideAPI) {
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const decoder = new TextDecoder();
+      const write = (bytes: Uint8Array) => {
+        const text = decoder.decode(bytes, { stream: true });
+        const last = this.output[this.output.length - 1];
+        if (last?.stream === stream) last.text += text;
+        else if (text) this.output.push({ stream, text });
+        return bytes.length;
+      };
+      if (stream === 'stdout') pyodide.setStdout({ write });
+      else pyodide.setStderr({ write });
+    }
+  }
+
+  /** The Python version string, e.g. "3.14.0". */
+  get version(): string {
+    return this.pyodide.runPython('import sys; sys.version.split()[0]') as string;
+  }
+
+  run(request: RunRequest): RunResult {
+    const { FS } = this.pyodide;
+    const root = request.root;
+    const before = new Map(request.files);
+    syncTree(FS, root, before);
+    this.output = [];
+    const run = this.pyodide.globals.get('_lilypad_run');
+    let exitCode: number;
+    try {
+      exitCode = run(request.argv, request.cwd, root, new TextDecoder().decode(request.stdin)) as number;
+    } finally {
+      run.destroy();
+    }
+    const after = readTree(FS, root);
+    const changes: RunResult['changes'] = [];
+    for (const [path, data] of after) {
+      const old = before.get(path);
+      if (!old || !sameBytes(old, data)) changes.push([path, data]);
+    }
+    for (const path of before.keys()) if (!after.has(path)) changes.push([path, null]);
+    return { exitCode, output: this.output, changes };
+  }
+}
+
+type FileSystem = PyodideAPI['FS'];
+
+/** Makes `root` hold exactly `files` (caches aside). */
+function syncTree(FS: FileSystem, root: string, files: Map<string, Uint8Array>) {
+  FS.mkdirTree(root);
+  for (const [path] of readTree(FS, root)) {
+    if (!files.has(path)) FS.unlink(`${root}/${path}`);
+  }
+  for (const [path, data] of files) {
+    const full = `${root}/${path}`;
+    FS.mkdirTree(full.slice(0, full.lastIndexOf('/')));
+    FS.writeFile(full, data);
+  }
+}
+
+function readTree(FS: FileSystem, root: string): Map<string, Uint8Array> {
+  const out = new Map<string, Uint8Array>();
+  const walk = (dir: string, prefix: string) => {
+    for (const name of FS.readdir(dir) as string[]) {
+      if (name === '.' || name === '..' || SKIPPED.has(name)) continue;
+      const full = `${dir}/${name}`;
+      const mode = FS.stat(full).mode;
+      if (FS.isDir(mode)) walk(full, `${prefix}${name}/`);
+      else if (FS.isFile(mode)) out.set(`${prefix}${name}`, FS.readFile(full) as Uint8Array);
+    }
+  };
+  walk(root, '');
+  return out;
+}
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}

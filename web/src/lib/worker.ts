@@ -1,0 +1,139 @@
+/**
+ * The engine's dedicated worker: it owns the wasm module, the WebGPU device and the model, so
+ * the page never blocks. Requests arrive one at a time from index.ts; text streams back as it
+ * is decoded, and an `abort` message stops a download or a generation between two tokens.
+ */
+import init, { type Engine, inspectHeader, loadEngine } from '../wasm/lilypad_wasm.js';
+import { type SyncFile, fetchModel } from './cache';
+import { LilypadError, errorData } from './errors';
+import { opfsStore } from './opfs';
+import type { FromWorker, LoadOptions, ModelSource, Progress, ToWorker } from './protocol';
+import { type ModelReader, blobReader, fileReader } from './readers';
+
+const ready = init();
+let engine: Engine | undefined;
+let adapterInfo: GPUAdapterInfo | undefined;
+let aborted = false;
+let download: AbortController | undefined;
+
+const post = (m: FromWorker) => postMessage(m);
+
+/** The browser's adapter description; throws a LilypadError when there is no adapter. */
+async function requireWebGpu(): Promise<GPUAdapterInfo> {
+  const gpu = (navigator as Navigator & { gpu?: GPU }).gpu;
+  if (!gpu) {
+    throw new LilypadError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing); use a recent Chrome, Edge or Safari');
+  }
+  const adapter = await gpu.requestAdapter();
+  if (!adapter) {
+    throw new LilypadError('no-webgpu', 'WebGPU is present but offers no adapter (it may be disabled or blocklisted for this GPU)');
+  }
+  return adapter.info;
+}
+
+async function load(id: number, source: ModelSource, options: LoadOptions): Promise<unknown> {
+  const started = performance.now();
+  const progress = (p: Progress) => post({ id, type: 'progress', progress: p });
+  await ready;
+  const adapter = (adapterInfo = await requireWebGpu());
+  engine?.unload();
+  engine = undefined;
+
+  let reader: ModelReader;
+  let file: SyncFile | undefined;
+  let fromCache = false;
+  let name: string;
+  if (source.kind === 'url') {
+    download = new AbortController();
+    const got = await fetchModel({
+      url: source.url,
+      store: opfsStore,
+      signal: download.signal,
+      chunkBytes: options.downloadChunkBytes,
+      onProgress: progress,
+      // Parse the header as soon as it is in: a file that can never load fails now.
+      checkHeader: (f, available, size) => inspectHeader(fileReader(f, size, () => available)) !== null,
+    });
+    file = got.file;
+    fromCache = got.fromCache;
+    reader = fileReader(file, got.entry.size);
+    name = decodeURIComponent(new URL(source.url, location.href).pathname.split('/').pop() || source.url);
+  } else {
+    reader = blobReader(source.blob);
+    name = source.name;
+  }
+  try {
+    engine = await loadEngine(
+      reader,
+      name,
+      { context: options.context, max_chunk_bytes: options.maxChunkBytes },
+      (p: { tensor: string; tensors_done: number; tensors_total: number; bytes_done: number; bytes_total: number }) =>
+        progress({
+          phase: 'upload',
+          tensor: p.tensor,
+          tensorsDone: p.tensors_done,
+          tensorsTotal: p.tensors_total,
+          bytesDone: p.bytes_done,
+          bytesTotal: p.bytes_total,
+        }),
+    );
+  } finally {
+    // The weights are on the GPU now; release the file so the page may delete it.
+    file?.close();
+  }
+  progress({ phase: 'ready', fromCache, seconds: (performance.now() - started) / 1e3 });
+  return info(adapter);
+}
+
+/** The engine's info, with the adapter named from the browser's description (wgpu gets no name). */
+function info(adapter?: GPUAdapterInfo) {
+  const i = loaded().info() as { adapter: { name: string } };
+  if (!i.adapter.name && adapter) {
+    i.adapter.name = [adapter.vendor, adapter.architecture, adapter.description].filter(Boolean).join(' ') || 'WebGPU adapter';
+  }
+  return i;
+}
+
+function loaded(): Engine {
+  if (!engine) throw new LilypadError('unloaded', 'no model is loaded');
+  return engine;
+}
+
+const streamText = (id: number) => (text: string) => {
+  post({ id, type: 'text', text });
+  return !aborted;
+};
+
+async function handle(m: Exclude<ToWorker, { type: 'abort' }>): Promise<unknown> {
+  aborted = false;
+  switch (m.type) {
+    case 'load':
+      return load(m.id, m.source, m.options);
+    case 'chat':
+      return loaded().chat(m.request, streamText(m.id));
+    case 'complete':
+      return loaded().complete(m.request, streamText(m.id));
+    case 'info':
+      return info(adapterInfo);
+    case 'reset':
+      return loaded().reset();
+    case 'unload':
+      engine?.unload();
+      engine = undefined;
+      return null;
+  }
+}
+
+self.onmessage = async (e: MessageEvent<ToWorker>) => {
+  const m = e.data;
+  if (m.type === 'abort') {
+    aborted = true;
+    download?.abort();
+    return;
+  }
+  try {
+    post({ id: m.id, type: 'result', value: await handle(m) });
+  } catch (err) {
+    post({ id: m.id, type: 'error', error: errorData(err) });
+  }
+};

@@ -1,0 +1,321 @@
+/**
+ * The playground: choose a model (preset, URL, local file or cached), watch it load, chat
+ * with streaming output and see prefill/decode speed. The page's state is mirrored in
+ * `body[data-state]` and data attributes, which the end-to-end test reads.
+ */
+import {
+  type ChatMessage, type Engine, type Progress, LilypadError, createEngine, deleteCachedModel,
+  listCachedModels,
+} from '../lib/index';
+import { PRESETS } from './presets';
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const ui = {
+  gpu: $('gpu-status'),
+  preset: $<HTMLSelectElement>('preset'),
+  urlRow: $('url-row'),
+  url: $<HTMLInputElement>('model-url'),
+  file: $<HTMLInputElement>('model-file'),
+  load: $<HTMLButtonElement>('load'),
+  cancelLoad: $<HTMLButtonElement>('cancel-load'),
+  progress: $<HTMLProgressElement>('load-progress'),
+  status: $('load-status'),
+  error: $('error'),
+  errorCode: $('error-code'),
+  errorMessage: $('error-message'),
+  retry: $<HTMLButtonElement>('retry'),
+  cached: $<HTMLUListElement>('cached'),
+  info: $('info'),
+  mode: $<HTMLSelectElement>('mode'),
+  clear: $<HTMLButtonElement>('clear'),
+  messages: $('messages'),
+  composer: $<HTMLFormElement>('composer'),
+  input: $<HTMLTextAreaElement>('input'),
+  send: $<HTMLButtonElement>('send'),
+  stop: $<HTMLButtonElement>('stop'),
+  stats: $('stats'),
+  temperature: $<HTMLInputElement>('temperature'),
+  topP: $<HTMLInputElement>('top-p'),
+  topK: $<HTMLInputElement>('top-k'),
+  maxTokens: $<HTMLInputElement>('max-tokens'),
+  seed: $<HTMLInputElement>('seed'),
+};
+
+type State = 'idle' | 'loading' | 'ready' | 'generating' | 'error';
+
+/** `?maxChunkBytes=N` caps each weight buffer, as a small GPU's binding limit would (tests). */
+const maxChunkBytes = Number(new URLSearchParams(location.search).get('maxChunkBytes')) || undefined;
+
+let engine: Engine | undefined;
+let loading: AbortController | undefined;
+let lastSource: string | File | undefined;
+const history: ChatMessage[] = [];
+
+function setState(state: State) {
+  document.body.dataset.state = state;
+  const busy = state === 'loading' || state === 'generating';
+  ui.load.disabled = busy;
+  ui.cancelLoad.hidden = state !== 'loading';
+  ui.input.disabled = !engine || busy;
+  ui.send.disabled = !engine || busy;
+  ui.stop.disabled = state !== 'generating';
+}
+
+function showError(e: unknown) {
+  const err = e instanceof LilypadError ? e : new LilypadError('internal', String((e as Error)?.message ?? e));
+  ui.error.hidden = false;
+  ui.error.dataset.code = err.code;
+  ui.errorCode.textContent = describe(err.code);
+  ui.errorMessage.textContent = err.message;
+}
+
+function describe(code: LilypadError['code']): string {
+  const titles: Partial<Record<LilypadError['code'], string>> = {
+    'no-webgpu': 'WebGPU is not available.',
+    'not-found': 'Model not found.',
+    'corrupt-model': 'The file is not a usable GGUF model.',
+    'unsupported-model': 'This model is not supported yet.',
+    'device-lost': 'The GPU device was lost; load the model again.',
+    'out-of-memory': 'The GPU ran out of memory.',
+    'too-large': "The model exceeds this GPU's limits.",
+    network: 'The download was interrupted.',
+    quota: 'Browser storage is full.',
+  };
+  return titles[code] ?? 'Error.';
+}
+
+const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+
+function onProgress(p: Progress) {
+  const phases = new Set((document.body.dataset.phases ?? '').split(' ').filter(Boolean));
+  phases.add(p.phase === 'download' && p.fromCache ? 'cache' : p.phase);
+  document.body.dataset.phases = [...phases].join(' ');
+  document.body.dataset.progressEvents = String(Number(document.body.dataset.progressEvents ?? 0) + 1);
+  ui.progress.hidden = false;
+  if (p.phase === 'download') {
+    ui.progress.value = p.bytesTotal ? p.bytesDone / p.bytesTotal : 0;
+    ui.status.textContent = p.fromCache
+      ? `In the browser cache (${mib(p.bytesTotal)}).`
+      : `Downloading ${mib(p.bytesDone)} of ${mib(p.bytesTotal)}${p.resumedFrom ? ` (resumed at ${mib(p.resumedFrom)})` : ''}…`;
+  } else if (p.phase === 'upload') {
+    ui.progress.value = p.bytesTotal ? p.bytesDone / p.bytesTotal : 0;
+    ui.status.textContent = `Uploading to the GPU: tensor ${p.tensorsDone} of ${p.tensorsTotal} (${p.tensor}), ${mib(p.bytesDone)} of ${mib(p.bytesTotal)}`;
+  } else {
+    ui.progress.value = 1;
+    ui.status.textContent = `Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}.`;
+  }
+}
+
+function chosenSource(): string | File | undefined {
+  const file = ui.file.files?.[0];
+  if (file) return file;
+  const preset = PRESETS.find((p) => p.id === ui.preset.value);
+  return preset?.url || ui.url.value.trim() || undefined;
+}
+
+async function load(source: string | File | undefined = chosenSource()) {
+  if (!source) {
+    showError(new LilypadError('bad-request', 'choose a preset, enter a URL or pick a file'));
+    return;
+  }
+  lastSource = source;
+  ui.error.hidden = true;
+  delete document.body.dataset.phases;
+  delete document.body.dataset.progressEvents;
+  const old = engine;
+  engine = undefined;
+  setState('loading');
+  await old?.unload().catch(() => {});
+  ui.status.textContent = 'Starting…';
+  const started = performance.now();
+  try {
+    loading = new AbortController();
+    engine = await createEngine({ model: source, onProgress, signal: loading.signal, maxChunkBytes });
+    document.body.dataset.loadMs = String(Math.round(performance.now() - started));
+    await showInfo(engine);
+    clearConversation();
+    setState('ready');
+  } catch (e) {
+    engine = undefined;
+    ui.progress.hidden = true;
+    ui.status.textContent = '';
+    showError(e);
+    setState('error');
+  } finally {
+    loading = undefined;
+    void refreshCached();
+  }
+}
+
+async function showInfo(e: Engine) {
+  const { adapter, model } = await e.info();
+  const rows: Array<[string, string]> = [
+    ['Adapter', `${adapter.name} (${adapter.backend}, ${adapter.device_type}${adapter.driver ? `, ${adapter.driver}` : ''})`],
+    ['Features', adapter.features.join(', ') || 'none'],
+    ['Max storage binding', mib(adapter.max_storage_buffer_binding_size)],
+    ['Model', `${model.name}: ${model.architecture}, ${model.layers} layers, ${(model.parameters / 1e6).toFixed(0)}M parameters`],
+    ['Context', `${model.context} tokens`],
+    ['GPU memory', `${mib(model.gpu_weights_bytes)} weights, ${mib(model.gpu_kv_cache_bytes)} KV cache, ${mib(model.gpu_activation_bytes)} activations`],
+  ];
+  ui.info.replaceChildren(
+    ...rows.flatMap(([k, v]) => [Object.assign(document.createElement('dt'), { textContent: k }), Object.assign(document.createElement('dd'), { textContent: v })]),
+  );
+  ui.info.dataset.adapter = adapter.name;
+}
+
+async function refreshCached() {
+  let models;
+  try {
+    models = await listCachedModels();
+  } catch {
+    return; // no OPFS: nothing to list
+  }
+  const items = models.map((m) => {
+    const li = document.createElement('li');
+    const label = `${decodeURIComponent(m.url.split('/').pop() ?? m.url)} — ${mib(m.bytes)}${m.complete ? '' : ` of ${mib(m.size)} (partial)`}`;
+    const use = Object.assign(document.createElement('button'), { type: 'button', textContent: 'Load', title: m.url });
+    use.onclick = () => void load(m.url);
+    const del = Object.assign(document.createElement('button'), { type: 'button', textContent: 'Delete' });
+    del.onclick = async () => {
+      try {
+        await deleteCachedModel(m.url);
+      } catch (e) {
+        showError(e);
+      }
+      void refreshCached();
+    };
+    li.append(label, ' ', use, ' ', del);
+    li.dataset.url = m.url;
+    return li;
+  });
+  ui.cached.replaceChildren(...(items.length ? items : [Object.assign(document.createElement('li'), { className: 'muted', textContent: 'none' })]));
+}
+
+function bubble(role: string, text: string): HTMLElement {
+  const div = document.createElement('div');
+  div.className = `message ${role}`;
+  div.textContent = text;
+  ui.messages.append(div);
+  div.scrollIntoView({ block: 'end' });
+  return div;
+}
+
+function clearConversation() {
+  history.length = 0;
+  ui.messages.replaceChildren();
+  void engine?.reset().catch(() => {});
+}
+
+const num = (input: HTMLInputElement) => Number(input.value);
+
+async function send() {
+  const text = ui.input.value;
+  if (!engine || !text.trim()) return;
+  const raw = ui.mode.value === 'raw';
+  const sampling = {
+    temperature: num(ui.temperature),
+    top_p: num(ui.topP),
+    top_k: num(ui.topK),
+    max_tokens: num(ui.maxTokens),
+    seed: num(ui.seed),
+  };
+  ui.input.value = '';
+  bubble(raw ? 'prompt' : 'user', text);
+  const reply = bubble('assistant', '');
+  reply.dataset.done = 'false';
+  setState('generating');
+  const started = performance.now();
+  let firstMs: number | undefined;
+  const onText = (piece: string) => {
+    firstMs ??= performance.now() - started;
+    reply.textContent += piece;
+  };
+  try {
+    let usage;
+    let timings;
+    let finish;
+    if (raw) {
+      for await (const c of await engine.completions.create({ prompt: text, stream: true, ...sampling })) {
+        onText(c.choices[0].text);
+        if (c.tokens) reply.dataset.tokens = JSON.stringify(c.tokens);
+        ({ usage, timings } = c);
+        finish = c.choices[0].finish_reason;
+      }
+    } else {
+      history.push({ role: 'user', content: text });
+      for await (const c of await engine.chat.completions.create({ messages: history, stream: true, ...sampling })) {
+        onText(c.choices[0].delta.content ?? '');
+        ({ usage, timings } = c);
+        finish = c.choices[0].finish_reason;
+      }
+      history.push({ role: 'assistant', content: reply.textContent ?? '' });
+    }
+    reply.dataset.finish = finish ?? '';
+    if (usage && timings) {
+      const s = ui.stats;
+      s.dataset.prefillTokensPerS = timings.prefill_tokens_per_s.toFixed(2);
+      s.dataset.decodeTokensPerS = timings.decode_tokens_per_s.toFixed(2);
+      s.dataset.firstTokenMs = String(Math.round(firstMs ?? 0));
+      s.textContent =
+        `prefill ${usage.prefilled_tokens} tokens at ${timings.prefill_tokens_per_s.toFixed(1)} tok/s · ` +
+        `decode ${usage.completion_tokens} tokens at ${timings.decode_tokens_per_s.toFixed(1)} tok/s · ` +
+        `first token after ${((firstMs ?? 0) / 1e3).toFixed(2)} s`;
+    }
+    setState('ready');
+  } catch (e) {
+    reply.classList.add('failed');
+    showError(e);
+    const lost = e instanceof LilypadError && (e.code === 'device-lost' || e.code === 'unloaded');
+    if (lost) engine = undefined; // Retry reloads the model
+    setState(lost ? 'error' : 'ready');
+  } finally {
+    reply.dataset.done = 'true';
+  }
+}
+
+async function checkWebGpu() {
+  const gpu = (navigator as Navigator & { gpu?: GPU }).gpu;
+  if (!gpu) {
+    ui.gpu.textContent = 'This browser has no WebGPU. Use a recent Chrome or Edge (or Safari 26), with hardware acceleration on.';
+    ui.gpu.dataset.ok = 'false';
+    ui.load.disabled = true;
+    return;
+  }
+  const adapter = await gpu.requestAdapter().catch(() => null);
+  if (!adapter) {
+    ui.gpu.textContent = 'WebGPU is present but offers no adapter: it may be disabled (chrome://gpu) or the GPU blocklisted.';
+    ui.gpu.dataset.ok = 'false';
+    ui.load.disabled = true;
+    return;
+  }
+  const info = adapter.info;
+  const limit = adapter.limits.maxStorageBufferBindingSize;
+  ui.gpu.dataset.ok = 'true';
+  ui.gpu.textContent = `WebGPU: ${info.vendor || 'adapter'} ${info.architecture || info.description || ''} · max storage binding ${mib(limit)}` +
+    (limit < 128 * 2 ** 20 ? ' — below 128 MiB: larger models will not fit' : '');
+}
+
+for (const p of PRESETS) ui.preset.append(new Option(p.label, p.id));
+ui.preset.onchange = () => (ui.urlRow.hidden = ui.preset.value !== 'custom');
+ui.urlRow.hidden = true;
+ui.file.onchange = () => {
+  if (ui.file.files?.length) ui.preset.value = 'custom';
+};
+ui.load.onclick = () => void load();
+ui.cancelLoad.onclick = () => loading?.abort();
+ui.retry.onclick = () => void load(lastSource);
+ui.clear.onclick = clearConversation;
+ui.stop.onclick = () => engine?.abort();
+ui.composer.onsubmit = (e) => {
+  e.preventDefault();
+  void send();
+};
+ui.input.onkeydown = (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && ui.mode.value === 'chat') {
+    e.preventDefault();
+    void send();
+  }
+};
+setState('idle');
+void checkWebGpu();
+void refreshCached();

@@ -1,0 +1,254 @@
+#!/usr/bin/env node
+// The coding agent end to end in real headless Chromium, on the built agent page:
+//  1. Python in the browser: a folder import of examples/roman, pytest in Pyodide fails, an Edit
+//     made through the agent's tools fixes the bug, pytest passes in the same interpreter (the
+//     project's modules are purged between runs); Python's own file writes come back into the
+//     project; git status/diff and undo in the shell.
+//  2. A scripted model fixes examples/leap-year (imported as a zip) through the panel: the tests
+//     fail, it edits, the tests pass, and the downloaded patch applies to the original files.
+//  3. SmolLM2-135M in the browser engine (WebGPU) runs a few agent steps and produces a valid
+//     trajectory whose later steps reuse the model's state (success is not expected).
+//
+// Environment: LILYPAD_MODEL (the GGUF; part 3 is skipped without it unless
+// LILYPAD_REQUIRE_MODEL=1), CHROMIUM (default /usr/bin/chromium), AGENT_E2E_RESULTS (a JSON file
+// for the figures), AGENT_E2E_STEPS / AGENT_E2E_TOKENS (part 3's step and token budget).
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
+import { chromium } from 'playwright-core';
+import { startServer } from '../scripts/serve.mjs';
+
+const here = import.meta.dirname;
+const examples = resolve(here, '../../examples');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const MODEL = process.env.LILYPAD_MODEL ? resolve(process.env.LILYPAD_MODEL) : undefined;
+const STEPS = Number(process.env.AGENT_E2E_STEPS ?? 2);
+const TOKENS = Number(process.env.AGENT_E2E_TOKENS ?? 8);
+const LONG = 40 * 60_000;
+const results = {};
+const step = (what) => console.log(`agent-e2e: ${what}`);
+if (!MODEL && process.env.LILYPAD_REQUIRE_MODEL === '1') throw new Error('set LILYPAD_MODEL (LILYPAD_REQUIRE_MODEL=1)');
+
+const work = mkdtempSync(join(tmpdir(), 'lilypad-agent-e2e-'));
+// A zip with a wrapping folder, as GitHub's archives come.
+const zipPath = join(work, 'leap-year.zip');
+execFileSync('python3', ['-c', `
+import os, sys, zipfile
+src, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED) as z:
+    for name in sorted(os.listdir(src)):
+        if name.endswith('.py') or name.endswith('.md'):
+            z.write(os.path.join(src, name), 'leap-year-main/' + name)
+`, join(examples, 'leap-year'), zipPath]);
+const romanCopy = join(work, 'roman');
+cpSync(join(examples, 'roman'), romanCopy, { recursive: true, filter: (s) => !s.includes('__pycache__') && !s.includes('.pytest_cache') });
+
+const server = await startServer({ models: MODEL ? dirname(MODEL) : work, dist: join(here, '../dist') });
+const profile = mkdtempSync(join(tmpdir(), 'lilypad-chromium-'));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: CHROMIUM,
+  headless: true,
+  acceptDownloads: true,
+  args: [
+    '--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  ],
+});
+const page = context.pages()[0] ?? (await context.newPage());
+const pageLog = [];
+page.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
+page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+
+const panelState = () => page.evaluate(() => document.getElementById('agent').dataset.state);
+async function openPage() {
+  await page.goto(`${server.url}/agent.html`);
+  await page.waitForFunction(() => window.lilypadAgent !== undefined);
+}
+async function waitReady() {
+  await page.waitForFunction(() => ['ready', 'empty'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
+  assert.equal(await panelState(), 'ready', await page.textContent('.agent-project-status'));
+}
+const shell = (command) => page.evaluate((c) => window.lilypadAgent.panel.session.tool('Bash', { command: c }), command);
+
+try {
+  step('1. Pyodide: pytest fails, an Edit through the tools, pytest passes');
+  await openPage();
+  let started = Date.now();
+  await page.setInputFiles('.agent-folder', romanCopy);
+  await waitReady();
+  results.python_ready_ms = Date.now() - started;
+  console.log(`  ${await page.textContent('.agent-project-status')} (${results.python_ready_ms} ms)`);
+  const files = await page.evaluate(() => window.lilypadAgent.panel.session.files());
+  assert.deepEqual(files, ['TASK.md', 'roman.py', 'test_roman.py']);
+
+  started = Date.now();
+  const before = await shell('python -m pytest -q');
+  results.pytest_first_ms = Date.now() - started;
+  console.log(`  before: ${before.content.trim().split('\n').at(-1)}`);
+  assert.equal(before.is_error, true, before.content);
+  assert.match(before.content, /failed/);
+  assert.match(before.content, /Exit code: 1/);
+
+  const edit = await page.evaluate(() =>
+    window.lilypadAgent.panel.session.tool('Edit', {
+      file_path: '/repo/roman.py',
+      old_string: '        total += VALUES[ch]\n',
+      new_string:
+        '        total += VALUES[ch]\n' +
+        '    values = [VALUES[ch] for ch in numeral.upper()]\n' +
+        '    total = sum(-v if i + 1 < len(values) and v < values[i + 1] else v for i, v in enumerate(values))\n',
+    }),
+  );
+  assert.equal(edit.is_error, false, edit.content);
+  started = Date.now();
+  const after = await shell('pytest -q');
+  results.pytest_after_edit_ms = Date.now() - started;
+  console.log(`  after:  ${after.content.trim().split('\n').at(-1)}`);
+  assert.equal(after.is_error, false, after.content);
+  assert.match(after.content, /passed/);
+  assert.doesNotMatch(after.content, /failed/);
+
+  // The panel's button runs the same command and shows the result.
+  await page.click('.agent-run-tests');
+  assert.equal(await page.getAttribute('.agent-test-output', 'data-passed'), 'true');
+
+  // Python writes files back into the project; the shell sees them; git knows the changes.
+  const written = await shell(`python3 -c "open('notes.txt', 'w').write('from python\\n')" && cat notes.txt && git status --short`);
+  assert.equal(written.is_error, false, written.content);
+  assert.match(written.content, /from python/);
+  assert.match(written.content, /M roman\.py/);
+  assert.match(written.content, /\?\? notes\.txt|A notes\.txt/);
+  const gitDiff = await shell('git diff roman.py');
+  assert.match(gitDiff.content, /\+    values = \[VALUES\[ch\]/);
+  const missing = await shell('python3 nowhere.py');
+  assert.equal(missing.is_error, true);
+  assert.match(missing.content, /can't open file/);
+
+  // Undo the note, then the edit: the tests fail again (the old module is not kept).
+  await page.evaluate(() => { const s = window.lilypadAgent.panel.session; s.undo(); s.undo(); });
+  const undone = await shell('python -m pytest -q');
+  assert.match(undone.content, /failed/);
+  console.log(`  undo:   ${undone.content.trim().split('\n').at(-1)}`);
+
+  step('2. a scripted model fixes examples/leap-year in the panel; the patch is downloaded');
+  await openPage();
+  await page.setInputFiles('.agent-zip', zipPath);
+  await waitReady();
+  const call = (name, args) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+  const replies = [
+    `<think>Run the tests first.</think>\n${call('Bash', { command: 'python -m pytest -q', description: 'Run the tests' })}`,
+    call('Read', { file_path: '/repo/calendar_utils.py' }),
+    call('Edit', {
+      file_path: '/repo/calendar_utils.py',
+      old_string: '    if year % 100 == 0:\n        return True',
+      new_string: '    if year % 100 == 0:\n        return year % 400 == 0',
+    }),
+    call('Bash', { command: 'python -m pytest -q', description: 'Run the tests again' }),
+    'Centuries are leap years only when divisible by 400; the tests pass now.',
+  ];
+  await page.selectOption('.agent-model', 'scripted');
+  await page.fill('.agent-model-input', JSON.stringify(replies));
+  await page.fill('.agent-task-text', readFileSync(join(examples, 'leap-year/TASK.md'), 'utf8'));
+  await page.click('.agent-run');
+  await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: LONG });
+  assert.equal(await panelState(), 'done', await page.textContent('.agent-run-status'));
+  const scripted = await page.evaluate(() => window.lilypadAgent.panel.trajectory);
+  assert.deepEqual(scripted.exit, { reason: 'submitted' });
+  assert.equal(scripted.steps.length, 5);
+  const obs = scripted.steps.map((s) => s.calls[0]?.observation ?? '');
+  assert.match(obs[0], /failed/, obs[0]);
+  assert.match(obs[1], /def is_leap_year/);
+  assert.equal(scripted.steps[2].calls[0].is_error, false, obs[2]);
+  assert.match(obs[3], /passed/, obs[3]);
+  assert.doesNotMatch(obs[3], /failed/, obs[3]);
+  assert.equal(await page.locator('.agent-step').count(), 5);
+  assert.ok((await page.textContent('.agent-steps')).includes('Run the tests first.'), 'streamed text is shown');
+  // The changed file is marked and opens in the editor.
+  await page.click('.agent-files button[data-path="calendar_utils.py"][data-change="modified"]');
+  assert.match(await page.textContent('.agent-editor'), /return year % 400 == 0/);
+  const downloaded = page.waitForEvent('download');
+  await page.click('.agent-download-patch');
+  const download = await downloaded;
+  const patchFile = join(work, download.suggestedFilename());
+  await download.saveAs(patchFile);
+  const patch = readFileSync(patchFile, 'utf8');
+  assert.equal(patch, scripted.patch);
+  assert.match(patch, /^diff --git a\/calendar_utils\.py b\/calendar_utils\.py/m);
+  const target = join(work, 'leap-year');
+  cpSync(join(examples, 'leap-year'), target, { recursive: true });
+  execFileSync('git', ['apply', '--check', '--directory=', patchFile], { cwd: target });
+  execFileSync('git', ['apply', patchFile], { cwd: target });
+  assert.match(readFileSync(join(target, 'calendar_utils.py'), 'utf8'), /return year % 400 == 0/);
+  results.scripted = { steps: scripted.steps.length, exit: scripted.exit.reason, patch_bytes: patch.length };
+  console.log(`  ${await page.textContent('.agent-run-status')}; patch ${patch.length} bytes applies`);
+
+  if (MODEL) {
+    step(`3. ${basename(MODEL)} in the browser engine: ${STEPS} agent steps of at most ${TOKENS} tokens`);
+    await openPage();
+    await page.setInputFiles('.agent-folder', romanCopy);
+    await waitReady();
+    await page.selectOption('.agent-model', 'engine');
+    await page.fill('.agent-model-input', `/models/${basename(MODEL)}`);
+    await page.fill('.agent-task-text', readFileSync(join(examples, 'roman/TASK.md'), 'utf8'));
+    await page.fill('.agent-max-steps', String(STEPS));
+    await page.fill('.agent-max-tokens', String(TOKENS));
+    await page.fill('.agent-temperature', '0');
+    await page.uncheck('.agent-thinking');
+    started = Date.now();
+    await page.click('.agent-run');
+    const progress = setInterval(async () => {
+      const p = await page
+        .evaluate(() => ({
+          model: document.querySelector('.agent-model-status').textContent,
+          steps: document.querySelectorAll('.agent-step').length,
+          text: document.querySelector('.agent-step:last-child .agent-step-output')?.textContent.length ?? 0,
+        }))
+        .catch(() => undefined);
+      if (p) console.log(`  ${Math.round((Date.now() - started) / 1000)} s: ${p.model}; step ${p.steps}, ${p.text} characters`);
+    }, 30_000);
+    await page
+      .waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: LONG })
+      .finally(() => clearInterval(progress));
+    results.model_run_ms = Date.now() - started;
+    assert.equal(await panelState(), 'done', `${await page.textContent('.agent-run-status')} ${await page.textContent('.agent-model-status')}`);
+    const t = await page.evaluate(() => window.lilypadAgent.panel.trajectory);
+    writeFileSync(join(work, 'trajectory.json'), JSON.stringify(t, null, 2));
+    assert.equal(t.format, 1);
+    assert.equal(t.model, basename(MODEL));
+    assert.ok(t.steps.length >= 1 && t.steps.length <= STEPS, `${t.steps.length} steps`);
+    assert.ok(['submitted', 'step_limit', 'format_errors', 'context_limit'].includes(t.exit.reason), JSON.stringify(t.exit));
+    assert.equal(t.messages[0].role, 'system');
+    assert.equal(t.messages[1].role, 'user');
+    for (const s of t.steps) {
+      assert.ok(s.prompt_tokens > 0 && s.generated_tokens > 0 && s.generated_tokens <= TOKENS, JSON.stringify(s));
+      assert.ok(s.prefill_ms > 0 && s.decode_ms >= 0);
+      assert.equal(typeof s.raw_output, 'string');
+    }
+    // State reuse: a later step evaluates only what is new since the previous one.
+    for (const s of t.steps.slice(1)) {
+      assert.ok(s.prefilled_tokens < s.prompt_tokens, `step ${s.index} prefilled ${s.prefilled_tokens} of ${s.prompt_tokens}`);
+    }
+    assert.equal(t.patch, await page.evaluate(() => window.lilypadAgent.panel.session.patch()));
+    results.model = {
+      steps: t.steps.map((s) => ({ prompt: s.prompt_tokens, prefilled: s.prefilled_tokens, generated: s.generated_tokens, prefill_ms: Math.round(s.prefill_ms), decode_ms: Math.round(s.decode_ms), calls: s.calls.length })),
+      exit: t.exit.reason,
+      first_output: t.steps[0].raw_output.slice(0, 200),
+    };
+    console.log(`  ${await page.textContent('.agent-run-status')} in ${results.model_run_ms} ms: ${JSON.stringify(results.model.steps)}`);
+  } else {
+    step('3. skipped: LILYPAD_MODEL is not set');
+  }
+  assert.equal(pageLog.filter((l) => l.startsWith('[pageerror]')).length, 0, pageLog.join('\n'));
+  console.log('agent-e2e: all checks passed');
+} catch (e) {
+  console.error(`agent-e2e: FAILED\n${pageLog.slice(-40).join('\n')}`);
+  throw e;
+} finally {
+  if (process.env.AGENT_E2E_RESULTS) writeFileSync(process.env.AGENT_E2E_RESULTS, `${JSON.stringify(results, null, 2)}\n`);
+  await context.close();
+  await server.close();
+  rmSync(profile, { recursive: true, force: true });
+  rmSync(work, { recursive: true, force: true });
+}

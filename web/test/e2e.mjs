@@ -1,0 +1,220 @@
+#!/usr/bin/env node
+// End to end in real headless Chromium (WebGPU on SwiftShader without a GPU): the built
+// playground, served with Range support, loads SmolLM2-135M; its greedy answer to the Paris
+// prompt must equal the native CLI's, token for token; a reload must take the model from the
+// OPFS cache (the server's request log shows no model bytes sent); progress must have been
+// reported; a 404, a truncated file and a garbage file must each show their error and leave
+// the page usable, and Retry must recover from a failed download.
+//
+// Environment: LILYPAD_MODEL (the GGUF), LILYPAD_BIN (the native `lilypad` binary), CHROMIUM
+// (default /usr/bin/chromium), E2E_RESULTS (a JSON file for the measured figures).
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, openSync, readSync, rmSync, statSync, writeFileSync, closeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, resolve } from 'node:path';
+import { chromium } from 'playwright-core';
+import { startServer } from '../scripts/serve.mjs';
+
+const here = import.meta.dirname;
+const MODEL = resolve(process.env.LILYPAD_MODEL ?? join(here, '../../models/SmolLM2-135M-Instruct.Q4_1.gguf'));
+const BIN = process.env.LILYPAD_BIN;
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const PROMPT = '<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n';
+const MAX_TOKENS = 32;
+const LONG = 15 * 60_000;
+
+assert.ok(BIN, 'set LILYPAD_BIN to the native lilypad binary');
+const results = { model: basename(MODEL), model_bytes: statSync(MODEL).size };
+const step = (what) => console.log(`e2e: ${what}`);
+
+// --- The native answer, computed now (never a recorded string).
+step('native greedy answer (lavapipe)');
+const native = execFileSync(BIN, ['generate', '-m', MODEL, '-p', PROMPT, '--max-tokens', String(MAX_TOKENS), '--temperature', '0'], {
+  encoding: 'utf8',
+  stdio: ['ignore', 'pipe', 'pipe'],
+});
+const nativeText = native.replace(/\n$/, '');
+const nativeIds = JSON.parse(
+  execFileSync(BIN, ['tokenize', '-m', MODEL, '-t', nativeText, '--json', '--no-bos', '--no-parse-special'], { encoding: 'utf8' }),
+).ids;
+console.log(`  native: ${JSON.stringify(nativeText)} = ${JSON.stringify(nativeIds)}`);
+results.native_text = nativeText;
+
+// --- Broken models and a flaky server.
+const broken = mkdtempSync(join(tmpdir(), 'lilypad-e2e-'));
+const head = Buffer.alloc(3 << 20);
+const fd = openSync(MODEL, 'r');
+readSync(fd, head, 0, head.length, 0);
+closeSync(fd);
+writeFileSync(join(broken, 'truncated.gguf'), head);
+writeFileSync(join(broken, 'garbage.gguf'), Buffer.from('<!doctype html><title>Not a model</title>'.repeat(30000)));
+let flakyFailures = 1;
+
+const server = await startServer({
+  models: dirname(MODEL),
+  dist: join(here, '../dist'),
+  extra: { '/broken/': broken },
+  intercept(req, res, url) {
+    // Fails once, then serves the real model: what Retry is for.
+    if (url.pathname === '/flaky/model.gguf' && flakyFailures-- > 0) {
+      res.writeHead(503, 'Service Unavailable').end();
+      return true;
+    }
+    if (url.pathname === '/flaky/model.gguf') req.url = `/models/${basename(MODEL)}`;
+    return false;
+  },
+});
+const modelPath = `/models/${basename(MODEL)}`;
+const modelRequests = () => server.log.filter((e) => e.path === modelPath);
+
+const profile = mkdtempSync(join(tmpdir(), 'lilypad-chromium-'));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: CHROMIUM,
+  headless: true,
+  args: [
+    '--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  ],
+});
+const page = context.pages()[0] ?? (await context.newPage());
+const pageLog = [];
+page.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
+page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+
+const state = () => page.evaluate(() => document.body.dataset.state);
+const errorShown = () =>
+  page.evaluate(() => ({
+    hidden: document.getElementById('error').hidden,
+    code: document.getElementById('error').dataset.code,
+    text: document.getElementById('error').textContent.trim(),
+  }));
+
+async function loadModel(choose) {
+  await choose();
+  const started = Date.now();
+  await page.click('#load');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: LONG });
+  return { state: await state(), ms: Date.now() - started };
+}
+
+const preset = (id) => () => page.selectOption('#preset', id);
+const url = (u) => async () => {
+  await page.selectOption('#preset', 'custom');
+  await page.fill('#model-url', u);
+};
+
+async function generate(prompt, { raw, maxTokens }) {
+  await page.selectOption('#mode', raw ? 'raw' : 'chat');
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', String(maxTokens));
+  await page.fill('#input', prompt);
+  const before = await page.locator('.message.assistant').count();
+  await page.click('#send');
+  const reply = page.locator('.message.assistant').nth(before);
+  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', before, { timeout: LONG });
+  const stats = await page.evaluate(() => ({ ...document.getElementById('stats').dataset }));
+  return {
+    text: await reply.textContent(),
+    tokens: JSON.parse((await reply.getAttribute('data-tokens')) ?? 'null'),
+    finish: await reply.getAttribute('data-finish'),
+    stats,
+  };
+}
+
+try {
+  await page.goto(`${server.url}/`);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined, null, { timeout: 60_000 });
+  const gpu = await page.textContent('#gpu-status');
+  console.log(`  ${gpu}`);
+  assert.equal(await page.getAttribute('#gpu-status', 'data-ok'), 'true', gpu);
+
+  step('cold load: download with Range requests, upload to the GPU');
+  const cold = await loadModel(preset('smollm2-135m'));
+  assert.equal(cold.state, 'ready', JSON.stringify(await errorShown()));
+  const phases = await page.evaluate(() => document.body.dataset.phases);
+  const events = Number(await page.evaluate(() => document.body.dataset.progressEvents));
+  assert.match(phases, /download/);
+  assert.match(phases, /upload/);
+  assert.match(phases, /ready/);
+  assert.ok(events > 10, `only ${events} progress events`);
+  const coldLog = modelRequests();
+  const gets = coldLog.filter((e) => e.method === 'GET');
+  assert.ok(gets.length > 0 && gets.every((e) => e.status === 206 && e.range), JSON.stringify(coldLog));
+  assert.equal(gets.reduce((n, e) => n + e.bytes, 0), results.model_bytes);
+  results.adapter = await page.getAttribute('#info', 'data-adapter');
+  results.cold_load_ms = cold.ms;
+  results.cold_range_requests = gets.length;
+  console.log(`  ready in ${cold.ms} ms; ${events} progress events; ${gets.length} range requests`);
+
+  step('greedy answer in the browser');
+  const answer = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
+  console.log(`  browser: ${JSON.stringify(answer.text)} = ${JSON.stringify(answer.tokens)}`);
+  assert.equal(answer.text, nativeText);
+  assert.deepEqual(answer.tokens, nativeIds);
+  results.browser = answer.stats;
+  results.cold_first_token_ms = cold.ms + Number(answer.stats.firstTokenMs);
+
+  step('reload: the model comes from the OPFS cache');
+  server.log.length = 0;
+  await page.reload();
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+  const warm = await loadModel(preset('smollm2-135m'));
+  assert.equal(warm.state, 'ready', JSON.stringify(await errorShown()));
+  assert.match(await page.evaluate(() => document.body.dataset.phases), /cache/);
+  const warmLog = modelRequests();
+  assert.deepEqual(warmLog.map((e) => e.method), ['HEAD'], JSON.stringify(warmLog));
+  assert.equal(warmLog.reduce((n, e) => n + e.bytes, 0), 0);
+  const again = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
+  assert.deepEqual(again.tokens, nativeIds);
+  results.cached_load_ms = warm.ms;
+  results.cached_first_token_ms = warm.ms + Number(again.stats.firstTokenMs);
+  results.browser_cached = again.stats;
+  const cachedList = await page.locator('#cached li[data-url]').count();
+  assert.ok(cachedList >= 1, 'the cached model is listed');
+
+  step('weights split across buffers, as under a 128 MiB binding limit');
+  // 8 MiB buffers split the 30 MB Q8_0 embedding / output head (49152 rows) into four.
+  await page.goto(`${server.url}/?maxChunkBytes=${8 << 20}`);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+  const split = await loadModel(preset('smollm2-135m'));
+  assert.equal(split.state, 'ready', JSON.stringify(await errorShown()));
+  const splitAnswer = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
+  assert.deepEqual(splitAnswer.tokens, nativeIds);
+
+  step('errors: 404, truncated file, garbage file');
+  for (const [path, code] of [
+    ['/models/missing.gguf', 'not-found'],
+    ['/broken/truncated.gguf', 'corrupt-model'],
+    ['/broken/garbage.gguf', 'corrupt-model'],
+  ]) {
+    const r = await loadModel(url(`${server.url}${path}`));
+    const shown = await errorShown();
+    assert.equal(r.state, 'error', path);
+    assert.equal(shown.hidden, false);
+    assert.equal(shown.code, code, `${path}: ${shown.text}`);
+    console.log(`  ${path}: ${shown.text}`);
+  }
+
+  step('Retry after a failed download');
+  const flaky = await loadModel(url(`${server.url}/flaky/model.gguf`));
+  assert.equal(flaky.state, 'error');
+  assert.equal((await errorShown()).code, 'http');
+  await page.click('#retry');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: LONG });
+  assert.equal(await state(), 'ready', JSON.stringify(await errorShown()));
+  assert.equal((await errorShown()).hidden, true);
+  const chat = await generate('Hello!', { raw: false, maxTokens: 4 });
+  assert.ok(chat.text.length > 0, 'the chat answers after a retry');
+  assert.equal(pageLog.filter((l) => l.startsWith('[pageerror]')).length, 0, pageLog.join('\n'));
+  console.log('e2e: all checks passed');
+} catch (e) {
+  console.error(`e2e: FAILED\n${pageLog.slice(-40).join('\n')}`);
+  throw e;
+} finally {
+  if (process.env.E2E_RESULTS) writeFileSync(process.env.E2E_RESULTS, `${JSON.stringify(results, null, 2)}\n`);
+  await context.close();
+  await server.close();
+  rmSync(profile, { recursive: true, force: true });
+  rmSync(broken, { recursive: true, force: true });
+}
