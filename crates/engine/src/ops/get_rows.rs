@@ -7,7 +7,7 @@ use crate::weights::{GpuWeight, type_macro};
 const WG: u32 = 64;
 
 /// out[t, ..] = W[ids[t], ..] (dequantized) for the step's tokens, one dispatch per weight
-/// chunk. `max_tokens` sizes the grid; ids must be < W.rows (checked by the caller).
+/// chunk. `max_tokens` bounds a step's ids; ids must be < W.rows (checked by the caller).
 pub fn get_rows(
     ctx: &GpuContext,
     w: &GpuWeight,
@@ -44,7 +44,11 @@ pub fn get_rows(
                     bind(&p),
                     bind(step),
                 ],
-                Grid::Fixed([units.div_ceil(WG), max_tokens, 1]),
+                // A row of workgroups per token of the step.
+                Grid::PerTokens {
+                    x: units.div_ceil(WG),
+                    per_y: 1,
+                },
             )
         })
         .collect())
