@@ -2,28 +2,19 @@
 //! the tiny random Qwen3.5 fixture, converted on load, scores and tokenizes like the GGUF that
 //! llama.cpp's converter wrote from the same checkpoint.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
+
+use common::{lilypad, text};
 
 fn fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen/qwen35-tiny")
 }
 
-fn lilypad(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lilypad"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap()
-}
-
 fn stdout(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", text(o));
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 

@@ -3,26 +3,11 @@
 //! memory it needs and whether it fits, and a context the adapter cannot hold is refused
 //! before anything is uploaded.
 
-use std::process::{Command, Output};
+mod common;
 
+use common::{lilypad, text};
 use lilypad_engine::ModelConfig;
 use lilypad_gguf::{GgmlType, GgufFile, MmapSource};
-
-fn lilypad(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lilypad"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 #[test]
 fn synthetic_frognano_loads_runs_and_is_sized() {

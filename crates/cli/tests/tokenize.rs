@@ -1,9 +1,11 @@
 //! `lilypad tokenize` on a vocabulary-only GGUF (no tensors, no GPU): ids, JSON, decoding,
 //! BOS handling and errors.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
+use std::path::PathBuf;
+
+use common::lilypad;
 use lilypad_gguf::{GgufWriter, Value};
 
 /// A fresh folder holding a byte-level BPE vocabulary where "hi hi" is `hi` + `Ġhi` (ids 3
@@ -32,13 +34,6 @@ fn scratch_vocab(name: &str, add_bos: bool) -> (PathBuf, String) {
     std::fs::write(&path, w.to_bytes()).unwrap();
     let path = path.to_str().unwrap().to_string();
     (dir, path)
-}
-
-fn lilypad(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lilypad"))
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 fn stdout_of(args: &[&str]) -> String {
