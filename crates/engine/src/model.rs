@@ -316,19 +316,7 @@ impl Model {
     /// Records one step of `chunk` tokens (≤ max_batch) into `encoder`.
     fn encode_step(&self, encoder: &mut wgpu::CommandEncoder, chunk: &[u32], want: Logits) {
         let n = chunk.len() as u32;
-        let pos0 = self.tokens.len() as u32;
-        ops::write_step(&self.ctx, &self.io.step, Step::new(n, pos0));
-        self.ctx
-            .queue
-            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(chunk));
-        if pos0 == 0 {
-            self.clear_recurrent_state(encoder);
-        }
-        let graph = if n == 1 {
-            &self.decode_graph
-        } else {
-            &self.prefill_graph
-        };
+        let graph = self.begin_step(encoder, chunk);
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("forward"),
@@ -359,6 +347,25 @@ impl Model {
             for d in &self.head_last {
                 d.record(&mut pass, 1);
             }
+        }
+    }
+
+    /// Writes the step's uniforms and token ids (clearing recurrent state at position 0) and
+    /// returns the graph that runs `chunk`: the decode graph for one token, else prefill.
+    fn begin_step(&self, encoder: &mut wgpu::CommandEncoder, chunk: &[u32]) -> &[Dispatch] {
+        let n = chunk.len() as u32;
+        let pos0 = self.tokens.len() as u32;
+        ops::write_step(&self.ctx, &self.io.step, Step::new(n, pos0));
+        self.ctx
+            .queue
+            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(chunk));
+        if pos0 == 0 {
+            self.clear_recurrent_state(encoder);
+        }
+        if n == 1 {
+            &self.decode_graph
+        } else {
+            &self.prefill_graph
         }
     }
 
@@ -420,22 +427,10 @@ impl Model {
             });
         }
         let n = tokens.len() as u32;
-        let pos0 = self.tokens.len() as u32;
-        ops::write_step(&self.ctx, &self.io.step, Step::new(n, pos0));
-        self.ctx
-            .queue
-            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(tokens));
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        if pos0 == 0 {
-            self.clear_recurrent_state(&mut encoder);
-        }
+        let graph = self.begin_step(&mut encoder, tokens);
         self.ctx.queue.submit([encoder.finish()]);
         self.wait()?;
-        let graph = if n == 1 {
-            &self.decode_graph
-        } else {
-            &self.prefill_graph
-        };
         // The head runs on one row (the last token's), as in `eval`.
         let steps = graph.iter().map(|d| (d, n));
         let steps = steps.chain(self.head_last.iter().map(|d| (d, 1)));
