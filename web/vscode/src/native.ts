@@ -90,8 +90,11 @@ export class NativeAgent {
           if (e.type === 'done') {
             exit = String((e.exit as { reason?: string } | null)?.reason ?? 'done');
             const changes = (e.changes as ProposedChange[]).map((c) => ({ path: c.path, change: c.change, text: c.text }));
-            void this.pending.set(changes).then(() => {
-              if (changes.length) void vscode.commands.executeCommand('lilypad.review');
+            void this.pending.set(changes).then(async () => {
+              if (!changes.length) return;
+              const go = await vscode.window.showInformationMessage(
+                `lilypad proposes changes to ${changes.length} file${changes.length === 1 ? '' : 's'}.`, 'Review');
+              if (go) await vscode.commands.executeCommand('lilypad.review');
             });
           }
         });

@@ -88,7 +88,7 @@ q<HTMLInputElement>('.agent-max-steps').value = String(settings.maxSteps);
 q<HTMLInputElement>('.agent-temperature').value = String(settings.temperature);
 q<HTMLInputElement>('.agent-thinking').checked = settings.thinking;
 // The project is the open folder: the panel's pickers are not needed here.
-for (const s of ['.agent-zip', '.agent-folder']) q(s).closest('label')!.hidden = true;
+for (const s of ['.agent-zip', '.agent-folder']) q(s).closest('label')!.style.display = 'none';
 
 function showPending(changes: Array<ProposedChange & { original: string | null }>) {
   const section = q('#lilypad-pending');

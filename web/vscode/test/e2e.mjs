@@ -6,7 +6,12 @@
 // file on disk untouched, the diff editor opens on it, and after "Accept" the file on disk holds
 // the fix and the project's tests pass.
 //
-// Environment: CODE_SERVER (the code-server binary; default: on PATH), CHROMIUM (default
+// Then the native path: a second window whose pages have no navigator.gpu; the view says so,
+// "lilypad: Solve a task" runs `lilypad agent-stdio` with scripted replies, the fix is pending with
+// the disk untouched, and accepting it from the view makes the tests pass.
+//
+// Environment: LILYPAD_BIN (the native binary; the native part is skipped when it is missing,
+// unless LILYPAD_REQUIRE_NATIVE=1), CODE_SERVER (the code-server binary; default: on PATH), CHROMIUM (default
 // /usr/bin/chromium), PYTHON (a python with pytest; default $LILYPAD_CACHE/py-tests/bin/python).
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
@@ -30,17 +35,34 @@ const work = mkdtempSync(join(tmpdir(), 'lilypad-vscode-e2e-'));
 const userData = join(work, 'user-data');
 const extensions = join(work, 'extensions');
 const folder = join(work, 'leap-year');
+const nativeFolder = join(work, 'leap-year-native');
+const LILYPAD_BIN = process.env.LILYPAD_BIN ? resolve(process.env.LILYPAD_BIN) : undefined;
+const native = !!LILYPAD_BIN && existsSync(LILYPAD_BIN);
+if (!native && process.env.LILYPAD_REQUIRE_NATIVE === '1') throw new Error(`LILYPAD_BIN (${LILYPAD_BIN}) is missing`);
+const call = (name, args) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
+const fixEdit = call('Edit', {
+  file_path: '/repo/calendar_utils.py',
+  old_string: '    if year % 100 == 0:\n        return True',
+  new_string: '    if year % 100 == 0:\n        return year % 400 == 0',
+});
+const nativeReplies = join(work, 'native-replies.json');
+writeFileSync(nativeReplies, JSON.stringify([fixEdit, 'Centuries are leap years only when divisible by 400.']));
 mkdirSync(join(userData, 'User'), { recursive: true });
 writeFileSync(join(userData, 'User/settings.json'), JSON.stringify({
   'security.workspace.trust.enabled': false,
   'workbench.startupEditor': 'none',
   'lilypad.maxSteps': 10,
+  'lilypad.model': `scripted:${nativeReplies}`,
+  'lilypad.nativeFallback': 'always',
+  ...(native ? { 'lilypad.nativeBinary': LILYPAD_BIN } : {}),
 }));
-cpSync(join(examples, 'leap-year'), folder, { recursive: true, filter: (s) => !s.includes('__pycache__') && !s.includes('.pytest_cache') });
+for (const f of [folder, nativeFolder]) {
+  cpSync(join(examples, 'leap-year'), f, { recursive: true, filter: (s) => !s.includes('__pycache__') && !s.includes('.pytest_cache') });
+}
 const original = readFileSync(join(folder, 'calendar_utils.py'), 'utf8');
-const pytest = () => {
+const pytest = (cwd = folder) => {
   try {
-    return { ok: true, out: execFileSync(PYTHON, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider'], { cwd: folder, encoding: 'utf8' }) };
+    return { ok: true, out: execFileSync(PYTHON, ['-m', 'pytest', '-q', '-p', 'no:cacheprovider'], { cwd, encoding: 'utf8' }) };
   } catch (e) {
     return { ok: false, out: `${e.stdout}${e.stderr}` };
   }
@@ -77,10 +99,13 @@ const context = await chromium.launchPersistentContext(profile, {
     '--disable-background-networking', '--disable-component-update', '--disable-sync',
   ],
 });
-const page = context.pages()[0] ?? (await context.newPage());
+let page = context.pages()[0] ?? (await context.newPage());
 const pageLog = [];
-page.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
-page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+const listen = (p) => {
+  p.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
+  p.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+};
+listen(page);
 
 /** The frame holding the lilypad view (webviews sit two iframes deep). */
 async function viewFrame(timeout = 120_000) {
@@ -100,32 +125,45 @@ async function command(title) {
   await page.keyboard.press('F1');
   await page.waitForSelector('.quick-input-widget input', { state: 'visible' });
   await page.keyboard.type(title);
-  await page.waitForSelector(`.quick-input-list .monaco-list-row:has-text("${title.replace(/^>?\s*/, '')}")`, { timeout: 30_000 });
+  await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${title}"]`, { timeout: 30_000 });
   await page.keyboard.press('Enter');
 }
 
-try {
-  await page.goto(`http://127.0.0.1:${PORT}/?folder=${encodeURIComponent(folder)}`);
+async function openView(dir) {
+  await page.goto(`http://127.0.0.1:${PORT}/?folder=${encodeURIComponent(dir)}`);
   await page.waitForSelector('.monaco-workbench', { timeout: 120_000 });
-  step('opening the lilypad view');
   const icon = page.locator('.activitybar [aria-label^="lilypad"]').first();
   await icon.waitFor({ timeout: 60_000 });
   await icon.click();
   const view = await viewFrame();
   await view.waitForFunction(() => ['ready'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
+  return view;
+}
+
+async function acceptFromView(view, dir) {
+  await view.click('li[data-path="calendar_utils.py"] .pending-accept');
+  const end = Date.now() + 30_000;
+  while (!readFileSync(join(dir, 'calendar_utils.py'), 'utf8').includes('return year % 400 == 0')) {
+    if (Date.now() > end) throw new Error('the accepted change did not reach the disk');
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  await view.waitForSelector('#lilypad-pending[hidden]', { state: 'attached', timeout: 30_000 });
+  const after = pytest(dir);
+  assert.ok(after.ok, after.out);
+  console.log(`  ${after.out.trim().split('\n').pop()}`);
+}
+
+try {
+  step('opening the lilypad view');
+  const view = await openView(folder);
   const webgpu = await view.getAttribute('#lilypad-gpu', 'data-webgpu');
   step(`the view is ready (WebGPU: ${webgpu}); files: ${await view.locator('.agent-files button').count()}`);
   assert.ok(await view.locator('.agent-files button[data-path="calendar_utils.py"]').count(), 'the view mirrors the folder');
 
   step('a scripted model fixes the bug through the view');
-  const call = (name, args) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
   const replies = [
     call('Read', { file_path: '/repo/calendar_utils.py' }),
-    call('Edit', {
-      file_path: '/repo/calendar_utils.py',
-      old_string: '    if year % 100 == 0:\n        return True',
-      new_string: '    if year % 100 == 0:\n        return year % 400 == 0',
-    }),
+    fixEdit,
     'Centuries are leap years only when divisible by 400.',
   ];
   await view.selectOption('.agent-model', 'scripted');
@@ -147,16 +185,32 @@ try {
   await page.waitForSelector('.monaco-diff-editor', { timeout: 30_000 });
 
   step('accepting writes the file; the tests pass');
-  await view.click('li[data-path="calendar_utils.py"] .pending-accept');
-  const end = Date.now() + 30_000;
-  while (!readFileSync(join(folder, 'calendar_utils.py'), 'utf8').includes('return year % 400 == 0')) {
-    if (Date.now() > end) throw new Error('the accepted change did not reach the disk');
-    await new Promise((r) => setTimeout(r, 250));
+  await acceptFromView(view, folder);
+
+  if (native) {
+    step('native path: a window without WebGPU');
+    await page.close();
+    await context.addInitScript(() => {
+      delete Navigator.prototype.gpu;
+      if (typeof WorkerNavigator !== 'undefined') delete WorkerNavigator.prototype.gpu;
+    });
+    page = await context.newPage();
+    listen(page);
+    const nview = await openView(nativeFolder);
+    assert.equal(await nview.getAttribute('#lilypad-gpu', 'data-webgpu'), 'false', 'the view reports no WebGPU');
+    assert.match(await nview.textContent('#lilypad-gpu'), /No WebGPU/);
+    step(`"lilypad: Solve a task" runs ${LILYPAD_BIN} agent-stdio`);
+    await command('lilypad: Solve a task');
+    await page.waitForSelector('.quick-input-widget:has-text("What should the agent do?")', { state: 'visible' });
+    await page.fill('.quick-input-widget input', 'Fix the leap-year bug');
+    await page.keyboard.press('Enter');
+    await nview.waitForSelector('#lilypad-pending:not([hidden]) li[data-path="calendar_utils.py"]', { timeout: 120_000 });
+    assert.equal(readFileSync(join(nativeFolder, 'calendar_utils.py'), 'utf8'), original, 'the file on disk is untouched before accepting');
+    step('accepting the native proposal; the tests pass');
+    await acceptFromView(nview, nativeFolder);
+  } else {
+    step('native path skipped: set LILYPAD_BIN');
   }
-  await view.waitForSelector('#lilypad-pending[hidden]', { state: 'attached', timeout: 30_000 });
-  const after = pytest();
-  assert.ok(after.ok, after.out);
-  console.log(`  ${after.out.trim().split('\n').pop()}`);
   step('passed');
 } catch (e) {
   console.error(pageLog.slice(-40).join('\n'));
