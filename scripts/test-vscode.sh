@@ -9,6 +9,7 @@ source scripts/env.sh
 WEB_BIN="$(scripts/setup-web.sh --browser)"
 [[ -n "$WEB_BIN" ]] && export PATH="$WEB_BIN:$PATH"
 scripts/setup-python.sh >/dev/null
+scripts/setup-pyodide.sh >/dev/null
 VSCODE_BIN="$(scripts/setup-vscode.sh)"
 scripts/build-vscode.sh
 cargo build --quiet -p lilypad-cli

@@ -13,7 +13,8 @@ await build({
 await build({
   entryPoints: { webview: 'src/webview.ts' }, bundle: true, platform: 'browser', format: 'esm', target: 'es2022',
   outdir: 'dist', splitting: false, logLevel: 'warning',
-  define: { 'import.meta.env': JSON.stringify({ BASE_URL: './' }) },
+  // The agent's Python (Pyodide) is served from dist/pyodide/: the base is set by the webview.
+  define: { 'import.meta.env': 'globalThis.lilypadEnv' },
 });
 await build({
   entryPoints: { 'engine-worker': '../src/lib/worker.ts' }, bundle: true, platform: 'browser', format: 'esm',
@@ -26,4 +27,8 @@ cpSync(wasm, 'dist/lilypad_agent_wasm_bg.wasm');
 const engineWasm = `${web}src/wasm/lilypad_wasm_bg.wasm`;
 if (!existsSync(engineWasm)) throw new Error(`${engineWasm} is missing: run scripts/build-wasm.sh first`);
 cpSync(engineWasm, 'dist/lilypad_wasm_bg.wasm');
+// Pyodide and pytest's wheels (scripts/setup-pyodide.sh), for Python in the agent's shell.
+const pyodide = `${web}public/pyodide`;
+if (existsSync(pyodide)) cpSync(pyodide, 'dist/pyodide', { recursive: true });
+else console.warn(`${pyodide} is missing: the view will have no Python (scripts/setup-pyodide.sh)`);
 console.log('built dist/');

@@ -16,6 +16,7 @@ declare global {
   }
 }
 
+(globalThis as unknown as { lilypadEnv: { BASE_URL: string } }).lilypadEnv = { BASE_URL: new URL('./', import.meta.url).href };
 const vscode = acquireVsCodeApi();
 const settings = window.lilypadSettings;
 const post = (m: FromView) => vscode.postMessage(m);

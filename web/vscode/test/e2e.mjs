@@ -160,10 +160,17 @@ try {
   step(`the view is ready (WebGPU: ${webgpu}); files: ${await view.locator('.agent-files button').count()}`);
   assert.ok(await view.locator('.agent-files button[data-path="calendar_utils.py"]').count(), 'the view mirrors the folder');
 
+  step('Python in the view: the tests fail before the fix');
+  await view.click('.agent-run-tests');
+  await view.waitForSelector('.agent-test-output:not([hidden])', { timeout: 60_000 });
+  assert.equal(await view.getAttribute('.agent-test-output', 'data-passed'), 'false', await view.textContent('.agent-test-output'));
+  assert.match(await view.textContent('.agent-test-output'), /failed/);
+
   step('a scripted model fixes the bug through the view');
   const replies = [
     call('Read', { file_path: '/repo/calendar_utils.py' }),
     fixEdit,
+    call('Bash', { command: 'python -m pytest -q', description: 'Run the tests' }),
     'Centuries are leap years only when divisible by 400.',
   ];
   await view.selectOption('.agent-model', 'scripted');
@@ -172,7 +179,12 @@ try {
   await view.click('.agent-run');
   await view.waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
   assert.equal(await view.getAttribute('#agent', 'data-state'), 'done', await view.textContent('.agent-run-status'));
-  assert.equal(await view.locator('.agent-step').count(), 3, 'the trajectory is shown in the view');
+  assert.equal(await view.locator('.agent-step').count(), 4, 'the trajectory is shown in the view');
+  const trajectory = await view.evaluate(() => window.lilypadAgent.panel.trajectory);
+  assert.deepEqual(trajectory.exit, { reason: 'submitted' });
+  const inView = trajectory.steps[2].calls[0].observation;
+  assert.match(inView, /passed/, inView);
+  assert.doesNotMatch(inView, /failed/, inView);
 
   step('the fix is pending; nothing changed on disk');
   await view.waitForSelector('#lilypad-pending:not([hidden]) li[data-path="calendar_utils.py"]', { timeout: 30_000 });
