@@ -191,7 +191,16 @@ try {
   assert.equal(readFileSync(join(folder, 'calendar_utils.py'), 'utf8'), original, 'the file on disk is untouched before accepting');
   assert.equal(pytest().ok, false, 'the tests still fail on disk before accepting');
 
-  step('the diff editor shows the proposal');
+  step('discarding drops the proposal and puts the view back to the disk');
+  await view.click('li[data-path="calendar_utils.py"] .pending-discard');
+  await view.waitForSelector('#lilypad-pending[hidden]', { state: 'attached', timeout: 30_000 });
+  assert.equal(await view.evaluate(() => window.lilypadAgent.panel.session.changes().length), 0);
+  assert.equal(readFileSync(join(folder, 'calendar_utils.py'), 'utf8'), original);
+  step('the same run again; the diff editor shows the proposal');
+  await view.click('.agent-run');
+  await view.waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
+  await view.waitForSelector('#lilypad-pending:not([hidden]) li[data-path="calendar_utils.py"]', { timeout: 30_000 });
+  assert.equal(readFileSync(join(folder, 'calendar_utils.py'), 'utf8'), original);
   await view.click('li[data-path="calendar_utils.py"] .pending-diff');
   await page.waitForSelector('.tab:has-text("proposed by lilypad")', { timeout: 30_000 });
   await page.waitForSelector('.monaco-diff-editor', { timeout: 30_000 });
