@@ -554,7 +554,7 @@ mod tests {
         assert_eq!(kinds.last(), Some(&"done"));
         assert_eq!(kinds.iter().filter(|k| **k == "step_finished").count(), 3, "{kinds:?}");
         let observation = events.iter().filter(|e| e["type"] == "tool_finished").nth(1).unwrap();
-        assert_eq!(observation["observation"], "M a.py\nx = 2\n", "{observation}");
+        assert_eq!(observation["observation"], " M a.py\nx = 2", "{observation}");
         let done = events.last().unwrap();
         assert_eq!(done["exit"]["reason"], "submitted");
         assert_eq!(done["changes"], serde_json::json!([{"path": "a.py", "change": "modified", "text": "x = 2\n"}]));
