@@ -14,9 +14,9 @@ use std::time::Duration;
 use clap::Args;
 use lilypad_agent::archive::{ImportLimits, import_dir};
 use lilypad_agent::{
-    AgentConfig, AgentEvent, Change, FileChange, LanguageModel, ProgramIo, PythonRunner,
-    RepoError, RepoPath, Repository, Sampling, ScriptedModel, Snapshot, Toolbox, Trajectory,
-    VersionControl, VirtualRepo, VirtualShell, run_agent,
+    AgentConfig, AgentEvent, Change, FileChange, LanguageModel, ProgramIo, PythonRunner, RepoError,
+    RepoPath, Repository, Sampling, ScriptedModel, Snapshot, Toolbox, Trajectory, VersionControl,
+    VirtualRepo, VirtualShell, run_agent,
 };
 use lilypad_chat::ChatSession;
 use serde::{Deserialize, Serialize};
@@ -115,13 +115,34 @@ impl Default for Settings {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     /// The request was read and the snapshot taken.
-    Started { repo_root: String, files: usize },
-    LoadProgress { done_bytes: u64, total_bytes: u64, tensor: String },
-    ModelReady { model: String },
-    StepStarted { index: usize },
-    Text { text: String },
-    ToolStarted { name: String, arguments: Value },
-    ToolFinished { name: Option<String>, observation: String, is_error: bool, duration_ms: f64 },
+    Started {
+        repo_root: String,
+        files: usize,
+    },
+    LoadProgress {
+        done_bytes: u64,
+        total_bytes: u64,
+        tensor: String,
+    },
+    ModelReady {
+        model: String,
+    },
+    StepStarted {
+        index: usize,
+    },
+    Text {
+        text: String,
+    },
+    ToolStarted {
+        name: String,
+        arguments: Value,
+    },
+    ToolFinished {
+        name: Option<String>,
+        observation: String,
+        is_error: bool,
+        duration_ms: f64,
+    },
     StepFinished {
         index: usize,
         prompt_tokens: usize,
@@ -134,8 +155,16 @@ pub enum Event {
     },
     /// The end of a run: what changed (new contents, for the editor to show and apply), the
     /// patch and the whole trajectory.
-    Done { exit: Value, patch: String, changes: Vec<FileResult>, trajectory: Box<Trajectory> },
-    Error { code: ErrorCode, message: String },
+    Done {
+        exit: Value,
+        patch: String,
+        changes: Vec<FileResult>,
+        trajectory: Box<Trajectory>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -189,7 +218,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     match serve(&first, &cancel, &mut emit) {
         Ok(()) => Ok(()),
         Err(Failure(code, message)) => {
-            emit(&Event::Error { code, message: message.clone() });
+            emit(&Event::Error {
+                code,
+                message: message.clone(),
+            });
             std::process::exit(2);
         }
     }
@@ -198,13 +230,25 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
 /// Reads `line` as a request and runs it, reporting through `emit`.
 pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> Result<(), Failure> {
     if line.trim().is_empty() {
-        return Err(Failure(ErrorCode::BadRequest, "no request: stdin was empty".into()));
+        return Err(Failure(
+            ErrorCode::BadRequest,
+            "no request: stdin was empty".into(),
+        ));
     }
     let request: Request = serde_json::from_str(line)
         .map_err(|e| Failure(ErrorCode::BadRequest, format!("invalid request: {e}")))?;
-    let Request::Solve { task, model, repo, root, settings } = request;
+    let Request::Solve {
+        task,
+        model,
+        repo,
+        root,
+        settings,
+    } = request;
     let mut repo = load_repo(&root, repo).map_err(|e| Failure(ErrorCode::Repo, e.to_string()))?;
-    emit(&Event::Started { repo_root: repo.root().into(), files: repo.baseline().len() });
+    emit(&Event::Started {
+        repo_root: repo.root().into(),
+        files: repo.baseline().len(),
+    });
     let config = AgentConfig {
         max_steps: settings.max_steps,
         max_tokens_per_step: settings.max_tokens_per_step,
@@ -217,7 +261,8 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
         },
         ..AgentConfig::default()
     };
-    let mut shell = VirtualShell::new().with_version_control(Box::new(BaselineVcs(repo.baseline().clone())));
+    let mut shell =
+        VirtualShell::new().with_version_control(Box::new(BaselineVcs(repo.baseline().clone())));
     if settings.python {
         shell = shell.with_python(Box::new(ScratchPython));
     }
@@ -225,11 +270,32 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
     let trajectory = match model {
         ModelSpec::Scripted(path) => {
             let mut model = scripted(&path).map_err(|e| Failure(ErrorCode::Model, e))?;
-            emit(&Event::ModelReady { model: model.name() });
-            solve(&mut model, &mut repo, &mut toolbox, &task, &config, cancel, emit)?
+            emit(&Event::ModelReady {
+                model: model.name(),
+            });
+            solve(
+                &mut model,
+                &mut repo,
+                &mut toolbox,
+                &task,
+                &config,
+                cancel,
+                emit,
+            )?
         }
-        ModelSpec::Gguf { path, context, adapter } => {
-            let args = ModelArgs { model: path.clone(), sha256: None, quantize: Default::default(), context, adapter, quiet: true };
+        ModelSpec::Gguf {
+            path,
+            context,
+            adapter,
+        } => {
+            let args = ModelArgs {
+                model: path.clone(),
+                sha256: None,
+                quantize: Default::default(),
+                context,
+                adapter,
+                quiet: true,
+            };
             let loaded = Loaded::open_with_progress(&args, &mut |p| {
                 emit(&Event::LoadProgress {
                     done_bytes: p.done_bytes,
@@ -238,11 +304,21 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 })
             })
             .map_err(|e| Failure(ErrorCode::Model, format!("{e:#}")))?;
-            let name = Path::new(&path).file_name().map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+            let name = Path::new(&path)
+                .file_name()
+                .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
             let mut session = ChatSession::new(loaded.model, loaded.tok, &name)
                 .map_err(|e| Failure(ErrorCode::Model, e.to_string()))?;
             emit(&Event::ModelReady { model: name });
-            solve(&mut session, &mut repo, &mut toolbox, &task, &config, cancel, emit)?
+            solve(
+                &mut session,
+                &mut repo,
+                &mut toolbox,
+                &task,
+                &config,
+                cancel,
+                emit,
+            )?
         }
     };
     let changes = repo
@@ -251,14 +327,21 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
         .map(|(path, change)| {
             let text = match change {
                 Change::Deleted => None,
-                _ => repo.read(&path).ok().and_then(|d| String::from_utf8(d).ok()),
+                _ => repo
+                    .read(&path)
+                    .ok()
+                    .and_then(|d| String::from_utf8(d).ok()),
             };
             let change = match change {
                 Change::Added => "added",
                 Change::Modified => "modified",
                 Change::Deleted => "deleted",
             };
-            FileResult { path: path.as_str().into(), change, text }
+            FileResult {
+                path: path.as_str().into(),
+                change,
+                text,
+            }
         })
         .collect();
     emit(&Event::Done {
@@ -279,48 +362,63 @@ fn solve<M: LanguageModel>(
     cancel: &AtomicBool,
     emit: &mut dyn FnMut(&Event),
 ) -> Result<Trajectory, Failure> {
-    pollster::block_on(run_agent(model, repo, toolbox, task, config, &mut |event| {
-        match event {
-            AgentEvent::StepStarted(index) => emit(&Event::StepStarted { index }),
-            AgentEvent::Text(text) => emit(&Event::Text { text: text.into() }),
-            AgentEvent::ToolStarted(call) => {
-                emit(&Event::ToolStarted { name: call.name.clone(), arguments: call.arguments.clone() })
-            }
-            AgentEvent::ToolFinished(r) => emit(&Event::ToolFinished {
-                name: r.call.as_ref().map(|c| c.name.clone()),
-                observation: r.observation.clone(),
-                is_error: r.is_error,
-                duration_ms: r.duration_ms,
-            }),
-            // The loop reports the finished run once more with its exit set: `done` says that.
-            AgentEvent::StepFinished(t) if t.exit.is_none() => {
-                if let Some(s) = t.steps.last() {
-                    let rate = |n: usize, ms: f64| if ms > 0.0 { n as f64 / ms * 1e3 } else { 0.0 };
-                    emit(&Event::StepFinished {
-                        index: s.index,
-                        prompt_tokens: s.prompt_tokens,
-                        prefilled_tokens: s.prefilled_tokens,
-                        generated_tokens: s.generated_tokens,
-                        prefill_ms: s.prefill_ms,
-                        decode_ms: s.decode_ms,
-                        prefill_tokens_per_s: rate(s.prefilled_tokens, s.prefill_ms),
-                        decode_tokens_per_s: rate(s.generated_tokens, s.decode_ms),
-                    });
+    pollster::block_on(run_agent(
+        model,
+        repo,
+        toolbox,
+        task,
+        config,
+        &mut |event| {
+            match event {
+                AgentEvent::StepStarted(index) => emit(&Event::StepStarted { index }),
+                AgentEvent::Text(text) => emit(&Event::Text { text: text.into() }),
+                AgentEvent::ToolStarted(call) => emit(&Event::ToolStarted {
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                }),
+                AgentEvent::ToolFinished(r) => emit(&Event::ToolFinished {
+                    name: r.call.as_ref().map(|c| c.name.clone()),
+                    observation: r.observation.clone(),
+                    is_error: r.is_error,
+                    duration_ms: r.duration_ms,
+                }),
+                // The loop reports the finished run once more with its exit set: `done` says that.
+                AgentEvent::StepFinished(t) if t.exit.is_none() => {
+                    if let Some(s) = t.steps.last() {
+                        let rate =
+                            |n: usize, ms: f64| if ms > 0.0 { n as f64 / ms * 1e3 } else { 0.0 };
+                        emit(&Event::StepFinished {
+                            index: s.index,
+                            prompt_tokens: s.prompt_tokens,
+                            prefilled_tokens: s.prefilled_tokens,
+                            generated_tokens: s.generated_tokens,
+                            prefill_ms: s.prefill_ms,
+                            decode_ms: s.decode_ms,
+                            prefill_tokens_per_s: rate(s.prefilled_tokens, s.prefill_ms),
+                            decode_tokens_per_s: rate(s.generated_tokens, s.decode_ms),
+                        });
+                    }
                 }
+                AgentEvent::StepFinished(_) => {}
             }
-            AgentEvent::StepFinished(_) => {}
-        }
-        !cancel.load(Ordering::SeqCst)
-    }))
+            !cancel.load(Ordering::SeqCst)
+        },
+    ))
     .map_err(|e| Failure(ErrorCode::Agent, e.to_string()))
 }
 
 /// Workspaces larger than this are refused rather than copied into memory.
-const LIMITS: ImportLimits = ImportLimits { max_entries: 20_000, max_total_bytes: 256 << 20 };
+const LIMITS: ImportLimits = ImportLimits {
+    max_entries: 20_000,
+    max_total_bytes: 256 << 20,
+};
 
 fn load_repo(root: &str, spec: RepoSpec) -> Result<VirtualRepo, RepoError> {
     if !root.starts_with('/') {
-        return Err(RepoError::InvalidPath { path: root.into(), reason: "the root must be absolute, like /repo" });
+        return Err(RepoError::InvalidPath {
+            path: root.into(),
+            reason: "the root must be absolute, like /repo",
+        });
     }
     match spec {
         RepoSpec::Folder(folder) => import_dir(root, &folder, LIMITS),
@@ -336,17 +434,29 @@ fn load_repo(root: &str, spec: RepoSpec) -> Result<VirtualRepo, RepoError> {
 }
 
 fn scripted(path: &Path) -> Result<ScriptedModel, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
-    let name = format!("scripted:{}", path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into()));
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let name = format!(
+        "scripted:{}",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into())
+    );
     let replies = match &value {
         Value::Array(_) => &value,
         Value::Object(o) if o.contains_key("replies") => &value["replies"],
         Value::Object(o) if o.contains_key("steps") => {
-            let t = Trajectory::from_json(&text).map_err(|e| format!("{}: not a trajectory: {e}", path.display()))?;
+            let t = Trajectory::from_json(&text)
+                .map_err(|e| format!("{}: not a trajectory: {e}", path.display()))?;
             return Ok(ScriptedModel::from_trajectory(&t));
         }
-        _ => return Err(format!("{}: expected a trajectory, {{\"replies\": [...]}} or an array of strings", path.display())),
+        _ => {
+            return Err(format!(
+                "{}: expected a trajectory, {{\"replies\": [...]}} or an array of strings",
+                path.display()
+            ));
+        }
     };
     let texts: Vec<&str> = replies
         .as_array()
@@ -362,9 +472,15 @@ impl VersionControl for BaselineVcs {
     fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
         let wanted = |p: &RepoPath| paths.is_empty() || paths.iter().any(|q| p.starts_with(q));
         let pick = |s: &Snapshot| -> Snapshot {
-            s.iter().filter(|(p, _)| wanted(p)).map(|(p, d)| (p.clone(), d.clone())).collect()
+            s.iter()
+                .filter(|(p, _)| wanted(p))
+                .map(|(p, d)| (p.clone(), d.clone()))
+                .collect()
         };
-        Ok(lilypad_agent::patch::diff(&pick(&self.0), &pick(&repo.snapshot()?)))
+        Ok(lilypad_agent::patch::diff(
+            &pick(&self.0),
+            &pick(&repo.snapshot()?),
+        ))
     }
 
     fn status(&self, repo: &dyn Repository) -> Result<Vec<(FileChange, RepoPath)>, RepoError> {
@@ -376,7 +492,12 @@ impl VersionControl for BaselineVcs {
                 Some(old) if old != d => Some((FileChange::Modified, p.clone())),
                 _ => None,
             })
-            .chain(self.0.keys().filter(|p| !now.contains_key(*p)).map(|p| (FileChange::Deleted, p.clone())))
+            .chain(
+                self.0
+                    .keys()
+                    .filter(|p| !now.contains_key(*p))
+                    .map(|p| (FileChange::Deleted, p.clone())),
+            )
             .collect();
         out.sort_by(|a, b| a.1.cmp(&b.1));
         Ok(out)
@@ -391,18 +512,31 @@ struct ScratchPython;
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl PythonRunner for ScratchPython {
-    fn run(&mut self, repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> i32 {
+    fn run(
+        &mut self,
+        repo: &mut dyn Repository,
+        cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32 {
         match run_python(repo, cwd, argv, io) {
             Ok(code) => code,
             Err(e) => {
-                io.write_stderr(format!("{}: {e}\n", argv.first().map_or("python", String::as_str)).as_bytes());
+                io.write_stderr(
+                    format!("{}: {e}\n", argv.first().map_or("python", String::as_str)).as_bytes(),
+                );
                 126
             }
         }
     }
 }
 
-fn run_python(repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> Result<i32, String> {
+fn run_python(
+    repo: &mut dyn Repository,
+    cwd: &RepoPath,
+    argv: &[String],
+    io: &mut ProgramIo,
+) -> Result<i32, String> {
     static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = std::env::temp_dir().join(format!(
         "lilypad-python-{}-{}",
@@ -430,7 +564,9 @@ fn run_python(repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &m
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {python}: {e}"))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {python}: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(io.stdin());
     }
@@ -495,7 +631,9 @@ mod tests {
     fn run_line(line: &str) -> (Result<(), Failure>, Vec<Value>) {
         let mut events = Vec::new();
         let cancel = AtomicBool::new(false);
-        let result = serve(line, &cancel, &mut |e| events.push(serde_json::to_value(e).unwrap()));
+        let result = serve(line, &cancel, &mut |e| {
+            events.push(serde_json::to_value(e).unwrap())
+        });
         (result, events)
     }
 
@@ -506,10 +644,15 @@ mod tests {
             ("{not json", "invalid request"),
             (r#"{"type":"fly"}"#, "unknown variant `fly`"),
             (r#"{"type":"solve","task":"t"}"#, "missing field"),
-            (r#"{"type":"solve","task":"t","model":{"scripted":"x"},"repo":{"files":[]},"bogus":1}"#, "unknown field `bogus`"),
+            (
+                r#"{"type":"solve","task":"t","model":{"scripted":"x"},"repo":{"files":[]},"bogus":1}"#,
+                "unknown field `bogus`",
+            ),
         ] {
             let (result, events) = run_line(line);
-            let Err(Failure(code, message)) = result else { panic!("{line} was accepted") };
+            let Err(Failure(code, message)) = result else {
+                panic!("{line} was accepted")
+            };
             assert_eq!(code, ErrorCode::BadRequest, "{line}");
             assert!(message.contains(needle), "{line}: {message}");
             assert!(events.is_empty());
@@ -525,7 +668,9 @@ mod tests {
         let (result, events) = run_line(
             r#"{"type":"solve","task":"t","model":{"scripted":"/nonexistent.json"},"repo":{"files":[{"path":"a.py","text":"x = 1\n"}]}}"#,
         );
-        let Err(Failure(ErrorCode::Model, message)) = result else { panic!("{result:?}") };
+        let Err(Failure(ErrorCode::Model, message)) = result else {
+            panic!("{result:?}")
+        };
         assert!(message.contains("/nonexistent.json"), "{message}");
         assert_eq!(events[0]["type"], "started");
         assert_eq!(events[0]["files"], 1);
@@ -540,7 +685,11 @@ mod tests {
 {"name": "Edit", "arguments": {"file_path": "/repo/a.py", "old_string": "x = 1", "new_string": "x = 2"}}
 </tool_call>"#;
         let bash = "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"git status --short; cat a.py\"}}\n</tool_call>";
-        std::fs::write(&script, serde_json::to_string(&[edit, bash, "Done."]).unwrap()).unwrap();
+        std::fs::write(
+            &script,
+            serde_json::to_string(&[edit, bash, "Done."]).unwrap(),
+        )
+        .unwrap();
         let line = serde_json::json!({
             "type": "solve", "task": "make x 2",
             "model": {"scripted": script},
@@ -552,12 +701,26 @@ mod tests {
         let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(kinds.first(), Some(&"started"));
         assert_eq!(kinds.last(), Some(&"done"));
-        assert_eq!(kinds.iter().filter(|k| **k == "step_finished").count(), 3, "{kinds:?}");
-        let observation = events.iter().filter(|e| e["type"] == "tool_finished").nth(1).unwrap();
-        assert_eq!(observation["observation"], " M a.py\nx = 2", "{observation}");
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "step_finished").count(),
+            3,
+            "{kinds:?}"
+        );
+        let observation = events
+            .iter()
+            .filter(|e| e["type"] == "tool_finished")
+            .nth(1)
+            .unwrap();
+        assert_eq!(
+            observation["observation"], " M a.py\nx = 2",
+            "{observation}"
+        );
         let done = events.last().unwrap();
         assert_eq!(done["exit"]["reason"], "submitted");
-        assert_eq!(done["changes"], serde_json::json!([{"path": "a.py", "change": "modified", "text": "x = 2\n"}]));
+        assert_eq!(
+            done["changes"],
+            serde_json::json!([{"path": "a.py", "change": "modified", "text": "x = 2\n"}])
+        );
         assert!(done["patch"].as_str().unwrap().contains("-x = 1\n+x = 2\n"));
         assert_eq!(done["trajectory"]["steps"].as_array().unwrap().len(), 3);
         std::fs::remove_dir_all(&dir).ok();
