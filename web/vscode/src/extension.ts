@@ -35,10 +35,7 @@ export function activate(context: vscode.ExtensionContext) {
       view.post({ type: 'focus' });
     }),
     vscode.commands.registerCommand('lilypad.chooseModel', chooseModel),
-    vscode.commands.registerCommand('lilypad.manageModels', async () => {
-      await view.reveal();
-      view.post({ type: 'manageModels' });
-    }),
+    vscode.commands.registerCommand('lilypad.manageModels', () => view.manageModels()),
     vscode.commands.registerCommand('lilypad.showDiff', (path: string) => pending.showDiff(path)),
     vscode.commands.registerCommand('lilypad.accept', async (path: string) => view.afterApply(await pending.accept([path]))),
     vscode.commands.registerCommand('lilypad.discard', (path: string) => view.discard([path])),
@@ -152,6 +149,28 @@ class AgentView implements vscode.WebviewViewProvider {
     view.webview.onDidReceiveMessage((m: FromView) => void this.onMessage(m).catch((e) => this.error(e)));
   }
 
+  private modelList?: (models: Extract<FromView, { type: 'models' }>['models']) => void;
+
+  /** The models cached in the view's storage: pick one to delete it. */
+  async manageModels() {
+    await this.reveal();
+    const models = await new Promise<Extract<FromView, { type: 'models' }>['models']>((resolve) => {
+      this.modelList = resolve;
+      this.post({ type: 'listModels' });
+    });
+    const pick = await vscode.window.showQuickPick(
+      models.map((m) => ({
+        label: m.url,
+        description: `${(m.bytes / 1e6).toFixed(0)} MB${m.complete ? '' : ' (partial)'}`,
+        detail: `stored ${new Date(m.updated).toLocaleString()}`,
+      })),
+      { placeHolder: models.length ? 'Choose a cached model to delete' : 'No cached models' },
+    );
+    if (!pick) return;
+    const ok = await vscode.window.showWarningMessage(`Delete the cached copy of ${pick.label}?`, { modal: true }, 'Delete');
+    if (ok) this.post({ type: 'deleteModel', url: pick.label });
+  }
+
   private error(e: unknown) {
     void vscode.window.showErrorMessage(`lilypad: ${(e as Error).message ?? e}`);
   }
@@ -184,6 +203,13 @@ class AgentView implements vscode.WebviewViewProvider {
         if (target) await vscode.workspace.fs.writeFile(target, typeof m.data === 'string' ? new TextEncoder().encode(m.data) : Uint8Array.from(m.data));
         break;
       }
+      case 'models':
+        this.modelList?.(m.models);
+        this.modelList = undefined;
+        break;
+      case 'deleted':
+        void vscode.window.showInformationMessage(`lilypad: deleted the cached copy of ${m.url}`);
+        break;
       case 'native':
         await vscode.commands.executeCommand('lilypad.solve', m.task);
         break;

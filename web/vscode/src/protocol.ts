@@ -21,7 +21,8 @@ export type ToView =
   | { type: 'applied'; paths: string[] }
   | { type: 'solve'; task: string }
   | { type: 'focus' }
-  | { type: 'manageModels' };
+  | { type: 'listModels' }
+  | { type: 'deleteModel'; url: string };
 
 export type FromView =
   | { type: 'ready'; webgpu: boolean; reason: string }
@@ -30,4 +31,6 @@ export type FromView =
   | { type: 'accept'; paths: string[] }
   | { type: 'discard'; paths: string[] }
   | { type: 'save'; name: string; data: string | number[] }
-  | { type: 'native'; task: string };
+  | { type: 'native'; task: string }
+  | { type: 'models'; models: Array<{ url: string; bytes: number; complete: boolean; updated: number }> }
+  | { type: 'deleted'; url: string };

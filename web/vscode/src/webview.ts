@@ -3,7 +3,7 @@
  * folder (sent by the extension host), the agent's edits stay in the panel's in-memory workspace
  * and are mirrored to the host as pending changes, which the user accepts or discards there.
  */
-import { type Engine, createEngine } from '../../src/lib/index';
+import { type Engine, createEngine, deleteCachedModel, listCachedModels } from '../../src/lib/index';
 import { engineModel, scriptedModel } from '../../src/agent/models';
 import { AgentPanel } from '../../src/agent/panel';
 import { AgentSession } from '../../src/agent/session';
@@ -145,8 +145,13 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
     case 'focus':
       q<HTMLTextAreaElement>('.agent-task-text').focus();
       break;
-    case 'manageModels':
-      q('.agent-model').focus();
+    case 'listModels':
+      void listCachedModels()
+        .catch(() => [])
+        .then((models) => post({ type: 'models', models: models.map(({ url, bytes, complete, updated }) => ({ url, bytes, complete, updated })) }));
+      break;
+    case 'deleteModel':
+      void deleteCachedModel(m.url).then(() => post({ type: 'deleted', url: m.url }));
       break;
   }
 });

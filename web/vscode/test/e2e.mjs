@@ -160,6 +160,11 @@ try {
   step(`the view is ready (WebGPU: ${webgpu}); files: ${await view.locator('.agent-files button').count()}`);
   assert.ok(await view.locator('.agent-files button[data-path="calendar_utils.py"]').count(), 'the view mirrors the folder');
 
+  step('"lilypad: Manage cached models" lists the view\'s model cache');
+  await command('lilypad: Manage cached models');
+  await page.waitForSelector('.quick-input-widget input[placeholder*="cached model"]', { timeout: 30_000 });
+  await page.keyboard.press('Escape');
+
   step('Python in the view: the tests fail before the fix');
   await view.click('.agent-run-tests');
   await view.waitForSelector('.agent-test-output:not([hidden])', { timeout: 60_000 });
