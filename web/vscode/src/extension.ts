@@ -9,7 +9,7 @@
 import * as vscode from 'vscode';
 import { NativeAgent } from './native';
 import { type PendingChange, PendingChanges, SCHEME } from './pending';
-import type { FromView, ToView, WorkspaceFile } from './protocol';
+import type { FromView, ToView, ViewSettings, WorkspaceFile } from './protocol';
 
 /** Workspaces larger than this are not mirrored into the view. */
 const MAX_FILES = 5000;
@@ -82,6 +82,16 @@ export function resolveInWorkspace(path: string): vscode.Uri {
   return vscode.Uri.joinPath(root, ...parts);
 }
 
+function viewSettings(): ViewSettings {
+  const config = vscode.workspace.getConfiguration('lilypad');
+  return {
+    model: config.get<string>('model') ?? '',
+    maxSteps: config.get<number>('maxSteps') ?? 30,
+    thinking: config.get<boolean>('thinking') ?? true,
+    temperature: config.get<number>('temperature') ?? 0.6,
+  };
+}
+
 async function readWorkspace(): Promise<{ name: string; files: WorkspaceFile[] }> {
   const root = workspaceRoot();
   if (!root) return { name: 'workspace', files: [] };
@@ -125,13 +135,10 @@ class AgentView implements vscode.WebviewViewProvider {
     view.webview.options = { enableScripts: true, localResourceRoots: [dist] };
     const script = view.webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.js'));
     const style = view.webview.asWebviewUri(vscode.Uri.joinPath(dist, 'webview.css'));
-    const config = vscode.workspace.getConfiguration('lilypad');
-    const settings = {
-      model: config.get<string>('model') ?? '',
-      maxSteps: config.get<number>('maxSteps') ?? 30,
-      thinking: config.get<boolean>('thinking') ?? true,
-      temperature: config.get<number>('temperature') ?? 0.6,
-    };
+    const settings = viewSettings();
+    this.context.subscriptions.push(vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration('lilypad')) this.post({ type: 'settings', settings: viewSettings() });
+    }));
     view.webview.html = `<!doctype html>
 <html lang="en"><head><meta charset="utf-8" />
 <link rel="stylesheet" href="${style}" />

@@ -21,6 +21,7 @@ export type ToView =
   | { type: 'applied'; paths: string[] }
   | { type: 'solve'; task: string }
   | { type: 'focus' }
+  | { type: 'settings'; settings: ViewSettings }
   | { type: 'listModels' }
   | { type: 'deleteModel'; url: string };
 
@@ -34,3 +35,11 @@ export type FromView =
   | { type: 'native'; task: string }
   | { type: 'models'; models: Array<{ url: string; bytes: number; complete: boolean; updated: number }> }
   | { type: 'deleted'; url: string };
+
+/** The settings the view uses (the rest are the extension host's). */
+export interface ViewSettings {
+  model: string;
+  maxSteps: number;
+  thinking: boolean;
+  temperature: number;
+}

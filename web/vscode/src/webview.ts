@@ -7,12 +7,12 @@ import { type Engine, createEngine, deleteCachedModel, listCachedModels } from '
 import { engineModel, scriptedModel } from '../../src/agent/models';
 import { AgentPanel } from '../../src/agent/panel';
 import { AgentSession } from '../../src/agent/session';
-import type { FromView, ProposedChange, ToView } from './protocol';
+import type { FromView, ProposedChange, ToView, ViewSettings } from './protocol';
 
 declare function acquireVsCodeApi(): { postMessage(m: FromView): void };
 declare global {
   interface Window {
-    lilypadSettings: { model: string; maxSteps: number; thinking: boolean; temperature: number };
+    lilypadSettings: ViewSettings;
   }
 }
 
@@ -85,9 +85,13 @@ const panel = new AgentPanel(document.getElementById('agent')!, {
   changed: mirror,
 });
 const q = <T extends HTMLElement>(s: string) => document.querySelector(s) as T;
-q<HTMLInputElement>('.agent-max-steps').value = String(settings.maxSteps);
-q<HTMLInputElement>('.agent-temperature').value = String(settings.temperature);
-q<HTMLInputElement>('.agent-thinking').checked = settings.thinking;
+function applySettings(s: ViewSettings) {
+  q<HTMLInputElement>('.agent-max-steps').value = String(s.maxSteps);
+  q<HTMLInputElement>('.agent-temperature').value = String(s.temperature);
+  q<HTMLInputElement>('.agent-thinking').checked = s.thinking;
+  if (q<HTMLSelectElement>('.agent-model').value === 'engine') q<HTMLTextAreaElement>('.agent-model-input').value = s.model;
+}
+applySettings(settings);
 // The project is the open folder: the panel's pickers are not needed here.
 for (const s of ['.agent-zip', '.agent-folder']) q(s).closest('label')!.style.display = 'none';
 
@@ -144,6 +148,9 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
       break;
     case 'focus':
       q<HTMLTextAreaElement>('.agent-task-text').focus();
+      break;
+    case 'settings':
+      applySettings(m.settings);
       break;
     case 'listModels':
       void listCachedModels()
