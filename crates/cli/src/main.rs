@@ -1,5 +1,6 @@
 //! `lilypad`: run GGUF models on the GPU from the command line.
 
+mod agent_stdio;
 mod bench;
 mod checkpoint;
 mod download;
@@ -111,6 +112,8 @@ enum Command {
     Solve(solve::SolveArgs),
     /// Write a GGUF with FrogNano-4B's shapes and random quantized weights (for benchmarks).
     Synth(synth::SynthArgs),
+    /// The agent for editors: JSON lines on stdin/stdout, working on an in-memory snapshot.
+    AgentStdio(agent_stdio::AgentArgs),
 }
 
 #[derive(Args)]
@@ -252,6 +255,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Tokenize(args) => tokenize::run(&args),
         Command::Solve(args) => solve::run(&args),
         Command::Synth(args) => synth::run(&args),
+        Command::AgentStdio(args) => agent_stdio::run(&args),
     }
 }
 
@@ -372,6 +376,14 @@ pub struct Loaded {
 
 impl Loaded {
     fn open(args: &ModelArgs) -> Result<Self> {
+        Self::open_with_progress(args, &mut |_| {})
+    }
+
+    /// Like [`Loaded::open`], also reporting GPU-upload progress (the stdio agent streams it).
+    fn open_with_progress(
+        args: &ModelArgs,
+        on_progress: &mut dyn FnMut(&lilypad_engine::LoadProgress),
+    ) -> Result<Self> {
         let (path, src, file) = open_file(
             &args.model,
             args.sha256.as_deref(),
@@ -403,7 +415,8 @@ impl Loaded {
         let model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |p| {
             bar.set_length(p.total_bytes);
             bar.set_position(p.done_bytes);
-            bar.set_message(p.tensor);
+            bar.set_message(p.tensor.clone());
+            on_progress(&p);
         }))?;
         bar.finish_and_clear();
         Ok(Self {

@@ -22,6 +22,8 @@ export interface PanelHost {
   createModel(choice: string, input: string, onStatus: (text: string) => void): Promise<ModelHost>;
   /** Hands a file to the user: a download in a page, a save dialog in an editor. */
   save(name: string, data: Uint8Array | string, type: string): void;
+  /** Told after every redraw: an editor host mirrors the session's changes as pending edits. */
+  changed?(session: AgentSession): void;
 }
 
 const TEMPLATE = `
@@ -182,6 +184,7 @@ export class AgentPanel {
     const current = this.editor.current;
     if (current && s.files().includes(current)) this.showFile(current);
     else if (current) this.editor.clear();
+    this.host.changed?.(s);
   }
 
   showFile(path: string) {

@@ -27,6 +27,8 @@ export interface CreateEngineOptions extends LoadOptions {
   onProgress?: (p: Progress) => void;
   /** Cancels the download or upload; createEngine then rejects with code "aborted". */
   signal?: AbortSignal;
+  /** Starts the engine's worker, for pages that cannot load it from their own origin (editor webviews). */
+  startWorker?: () => Worker;
 }
 
 /** OpenAI chat messages; `content` may also be an array of text parts. */
@@ -399,12 +401,12 @@ export async function createEngine(options: CreateEngineOptions): Promise<Engine
   if (!('gpu' in navigator)) {
     throw new LilypadError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing); use a recent Chrome, Edge or Safari');
   }
-  const { model, onProgress, signal, ...load } = options;
+  const { model, onProgress, signal, startWorker, ...load } = options;
   const source: ModelSource =
     typeof model === 'string' || model instanceof URL
       ? { kind: 'url', url: new URL(model, location.href).href }
       : { kind: 'blob', blob: model, name: model instanceof File ? model.name : 'model.gguf' };
-  const worker = new Worker(new URL('./worker.ts', import.meta.url), { type: 'module', name: 'lilypad-engine' });
+  const worker = startWorker?.() ?? new Worker(new URL('./worker.ts', import.meta.url), { type: 'module', name: 'lilypad-engine' });
   const engine = new Engine(worker);
   const abort = () => engine.abort();
   signal?.addEventListener('abort', abort);

@@ -1,0 +1,728 @@
+//! `lilypad agent-stdio`: the coding agent as a child process speaking JSON lines, for editors
+//! (the VS Code extension's native path). The first line on stdin is the request; later lines may
+//! say `{"type":"cancel"}`. The agent works on an in-memory snapshot of the files with the
+//! browser's shell, so nothing is written to disk: the answer is the changed files, the patch and
+//! the trajectory, and the editor decides what to apply. Every line on stdout is one [`Event`];
+//! stderr carries only human-readable diagnostics.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use lilypad_agent::archive::{ImportLimits, import_dir};
+use lilypad_agent::{
+    AgentConfig, AgentEvent, Change, FileChange, LanguageModel, ProgramIo, PythonRunner, RepoError,
+    RepoPath, Repository, Sampling, ScriptedModel, Snapshot, Toolbox, Trajectory, VersionControl,
+    VirtualRepo, VirtualShell, run_agent,
+};
+use lilypad_chat::ChatSession;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Loaded, ModelArgs};
+
+#[derive(Args)]
+pub struct AgentArgs {}
+
+/// The one request a process serves.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Solve {
+        task: String,
+        model: ModelSpec,
+        repo: RepoSpec,
+        /// The folder the model is told it works in.
+        #[serde(default = "default_root")]
+        root: String,
+        #[serde(default)]
+        settings: Settings,
+    },
+}
+
+fn default_root() -> String {
+    "/repo".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ModelSpec {
+    /// A GGUF path or URL, run on the GPU.
+    Gguf {
+        path: String,
+        #[serde(default)]
+        context: Option<u32>,
+        #[serde(default)]
+        adapter: Option<String>,
+    },
+    /// A JSON file with replies to replay: a recorded trajectory, `{"replies": [...]}` or a
+    /// bare array of strings (for tests and replays).
+    Scripted(PathBuf),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum RepoSpec {
+    /// A folder on disk, read once into memory (version-control folders skipped).
+    Folder(PathBuf),
+    /// The files themselves, as UTF-8 text (for editors whose files are not on a local disk).
+    Files(Vec<FileSpec>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSpec {
+    pub path: String,
+    pub text: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub max_steps: usize,
+    pub max_tokens_per_step: usize,
+    pub thinking: bool,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: u32,
+    pub seed: u64,
+    /// Let `python`/`pytest` run with the real Python in a scratch copy of the snapshot. Off by
+    /// default: the code runs on the user's machine, so the editor asks for it explicitly.
+    pub python: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let config = AgentConfig::default();
+        Self {
+            max_steps: config.max_steps,
+            max_tokens_per_step: 2048,
+            thinking: config.enable_thinking,
+            temperature: config.sampling.temperature,
+            top_p: config.sampling.top_p,
+            top_k: config.sampling.top_k,
+            seed: 0,
+            python: false,
+        }
+    }
+}
+
+/// One line on stdout.
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The request was read and the snapshot taken.
+    Started {
+        repo_root: String,
+        files: usize,
+    },
+    LoadProgress {
+        done_bytes: u64,
+        total_bytes: u64,
+        tensor: String,
+    },
+    ModelReady {
+        model: String,
+    },
+    StepStarted {
+        index: usize,
+    },
+    Text {
+        text: String,
+    },
+    ToolStarted {
+        name: String,
+        arguments: Value,
+    },
+    ToolFinished {
+        name: Option<String>,
+        observation: String,
+        is_error: bool,
+        duration_ms: f64,
+    },
+    StepFinished {
+        index: usize,
+        prompt_tokens: usize,
+        prefilled_tokens: usize,
+        generated_tokens: usize,
+        prefill_ms: f64,
+        decode_ms: f64,
+        prefill_tokens_per_s: f64,
+        decode_tokens_per_s: f64,
+    },
+    /// The end of a run: what changed (new contents, for the editor to show and apply), the
+    /// patch and the whole trajectory.
+    Done {
+        exit: Value,
+        patch: String,
+        changes: Vec<FileResult>,
+        trajectory: Box<Trajectory>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+#[derive(Debug, Serialize)]
+pub struct FileResult {
+    pub path: String,
+    pub change: &'static str,
+    /// The new contents; `None` for a deleted file or one that is not UTF-8 text.
+    pub text: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The request is not valid JSON or not a known request.
+    BadRequest,
+    /// The repository could not be read.
+    Repo,
+    /// The model could not be loaded or the script read.
+    Model,
+    /// The agent failed while running.
+    Agent,
+}
+
+#[derive(Debug)]
+pub struct Failure(pub ErrorCode, pub String);
+
+pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
+    let AgentArgs {} = args;
+    let stdout = std::io::stdout();
+    let mut emit = |event: &Event| {
+        let mut out = stdout.lock();
+        // A closed stdout means the editor went away; the cancel flag stops the run then.
+        let _ = serde_json::to_writer(&mut out, event);
+        let _ = out.write_all(b"\n");
+        let _ = out.flush();
+    };
+    let mut first = String::new();
+    std::io::stdin().lock().read_line(&mut first)?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    // Later lines may cancel; end of input means the editor closed the pipe, which cancels too.
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            if serde_json::from_str::<Value>(&line).is_ok_and(|v| v["type"] == "cancel") {
+                break;
+            }
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    match serve(&first, &cancel, &mut emit) {
+        Ok(()) => Ok(()),
+        Err(Failure(code, message)) => {
+            emit(&Event::Error {
+                code,
+                message: message.clone(),
+            });
+            std::process::exit(2);
+        }
+    }
+}
+
+/// Reads `line` as a request and runs it, reporting through `emit`.
+pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> Result<(), Failure> {
+    if line.trim().is_empty() {
+        return Err(Failure(
+            ErrorCode::BadRequest,
+            "no request: stdin was empty".into(),
+        ));
+    }
+    let request: Request = serde_json::from_str(line)
+        .map_err(|e| Failure(ErrorCode::BadRequest, format!("invalid request: {e}")))?;
+    let Request::Solve {
+        task,
+        model,
+        repo,
+        root,
+        settings,
+    } = request;
+    let mut repo = load_repo(&root, repo).map_err(|e| Failure(ErrorCode::Repo, e.to_string()))?;
+    emit(&Event::Started {
+        repo_root: repo.root().into(),
+        files: repo.baseline().len(),
+    });
+    let config = AgentConfig {
+        max_steps: settings.max_steps,
+        max_tokens_per_step: settings.max_tokens_per_step,
+        enable_thinking: settings.thinking,
+        sampling: Sampling {
+            temperature: settings.temperature,
+            top_p: settings.top_p,
+            top_k: settings.top_k,
+            seed: settings.seed,
+        },
+        ..AgentConfig::default()
+    };
+    let mut shell =
+        VirtualShell::new().with_version_control(Box::new(BaselineVcs(repo.baseline().clone())));
+    if settings.python {
+        shell = shell.with_python(Box::new(ScratchPython));
+    }
+    let mut toolbox = Toolbox::new(Box::new(shell));
+    let trajectory = match model {
+        ModelSpec::Scripted(path) => {
+            let mut model = scripted(&path).map_err(|e| Failure(ErrorCode::Model, e))?;
+            emit(&Event::ModelReady {
+                model: model.name(),
+            });
+            solve(
+                &mut model,
+                &mut repo,
+                &mut toolbox,
+                &task,
+                &config,
+                cancel,
+                emit,
+            )?
+        }
+        ModelSpec::Gguf {
+            path,
+            context,
+            adapter,
+        } => {
+            let args = ModelArgs {
+                model: path.clone(),
+                sha256: None,
+                quantize: Default::default(),
+                context,
+                adapter,
+                quiet: true,
+            };
+            let loaded = Loaded::open_with_progress(&args, &mut |p| {
+                emit(&Event::LoadProgress {
+                    done_bytes: p.done_bytes,
+                    total_bytes: p.total_bytes,
+                    tensor: p.tensor.clone(),
+                })
+            })
+            .map_err(|e| Failure(ErrorCode::Model, format!("{e:#}")))?;
+            let name = Path::new(&path)
+                .file_name()
+                .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+            let mut session = ChatSession::new(loaded.model, loaded.tok, &name)
+                .map_err(|e| Failure(ErrorCode::Model, e.to_string()))?;
+            emit(&Event::ModelReady { model: name });
+            solve(
+                &mut session,
+                &mut repo,
+                &mut toolbox,
+                &task,
+                &config,
+                cancel,
+                emit,
+            )?
+        }
+    };
+    let changes = repo
+        .changed_files()
+        .into_iter()
+        .map(|(path, change)| {
+            let text = match change {
+                Change::Deleted => None,
+                _ => repo
+                    .read(&path)
+                    .ok()
+                    .and_then(|d| String::from_utf8(d).ok()),
+            };
+            let change = match change {
+                Change::Added => "added",
+                Change::Modified => "modified",
+                Change::Deleted => "deleted",
+            };
+            FileResult {
+                path: path.as_str().into(),
+                change,
+                text,
+            }
+        })
+        .collect();
+    emit(&Event::Done {
+        exit: serde_json::to_value(&trajectory.exit).unwrap_or(Value::Null),
+        patch: trajectory.patch.clone(),
+        changes,
+        trajectory: Box::new(trajectory),
+    });
+    Ok(())
+}
+
+fn solve<M: LanguageModel>(
+    model: &mut M,
+    repo: &mut VirtualRepo,
+    toolbox: &mut Toolbox,
+    task: &str,
+    config: &AgentConfig,
+    cancel: &AtomicBool,
+    emit: &mut dyn FnMut(&Event),
+) -> Result<Trajectory, Failure> {
+    pollster::block_on(run_agent(
+        model,
+        repo,
+        toolbox,
+        task,
+        config,
+        &mut |event| {
+            match event {
+                AgentEvent::StepStarted(index) => emit(&Event::StepStarted { index }),
+                AgentEvent::Text(text) => emit(&Event::Text { text: text.into() }),
+                AgentEvent::ToolStarted(call) => emit(&Event::ToolStarted {
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                }),
+                AgentEvent::ToolFinished(r) => emit(&Event::ToolFinished {
+                    name: r.call.as_ref().map(|c| c.name.clone()),
+                    observation: r.observation.clone(),
+                    is_error: r.is_error,
+                    duration_ms: r.duration_ms,
+                }),
+                // The loop reports the finished run once more with its exit set: `done` says that.
+                AgentEvent::StepFinished(t) if t.exit.is_none() => {
+                    if let Some(s) = t.steps.last() {
+                        let rate =
+                            |n: usize, ms: f64| if ms > 0.0 { n as f64 / ms * 1e3 } else { 0.0 };
+                        emit(&Event::StepFinished {
+                            index: s.index,
+                            prompt_tokens: s.prompt_tokens,
+                            prefilled_tokens: s.prefilled_tokens,
+                            generated_tokens: s.generated_tokens,
+                            prefill_ms: s.prefill_ms,
+                            decode_ms: s.decode_ms,
+                            prefill_tokens_per_s: rate(s.prefilled_tokens, s.prefill_ms),
+                            decode_tokens_per_s: rate(s.generated_tokens, s.decode_ms),
+                        });
+                    }
+                }
+                AgentEvent::StepFinished(_) => {}
+            }
+            !cancel.load(Ordering::SeqCst)
+        },
+    ))
+    .map_err(|e| Failure(ErrorCode::Agent, e.to_string()))
+}
+
+/// Workspaces larger than this are refused rather than copied into memory.
+const LIMITS: ImportLimits = ImportLimits {
+    max_entries: 20_000,
+    max_total_bytes: 256 << 20,
+};
+
+fn load_repo(root: &str, spec: RepoSpec) -> Result<VirtualRepo, RepoError> {
+    if !root.starts_with('/') {
+        return Err(RepoError::InvalidPath {
+            path: root.into(),
+            reason: "the root must be absolute, like /repo",
+        });
+    }
+    match spec {
+        RepoSpec::Folder(folder) => import_dir(root, &folder, LIMITS),
+        RepoSpec::Files(files) => {
+            let mut repo = VirtualRepo::new(root);
+            for f in files {
+                repo.write(&RepoPath::new(&f.path)?, f.text.as_bytes())?;
+            }
+            repo.set_baseline();
+            Ok(repo)
+        }
+    }
+}
+
+fn scripted(path: &Path) -> Result<ScriptedModel, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let value: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let name = format!(
+        "scripted:{}",
+        path.file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into())
+    );
+    let replies = match &value {
+        Value::Array(_) => &value,
+        Value::Object(o) if o.contains_key("replies") => &value["replies"],
+        Value::Object(o) if o.contains_key("steps") => {
+            let t = Trajectory::from_json(&text)
+                .map_err(|e| format!("{}: not a trajectory: {e}", path.display()))?;
+            return Ok(ScriptedModel::from_trajectory(&t));
+        }
+        _ => {
+            return Err(format!(
+                "{}: expected a trajectory, {{\"replies\": [...]}} or an array of strings",
+                path.display()
+            ));
+        }
+    };
+    let texts: Vec<&str> = replies
+        .as_array()
+        .and_then(|a| a.iter().map(Value::as_str).collect())
+        .ok_or_else(|| format!("{}: replies must be strings", path.display()))?;
+    Ok(ScriptedModel::new(&name, &texts))
+}
+
+/// `git diff` / `git status` against the snapshot the run started from.
+struct BaselineVcs(Snapshot);
+
+impl VersionControl for BaselineVcs {
+    fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
+        let wanted = |p: &RepoPath| paths.is_empty() || paths.iter().any(|q| p.starts_with(q));
+        let pick = |s: &Snapshot| -> Snapshot {
+            s.iter()
+                .filter(|(p, _)| wanted(p))
+                .map(|(p, d)| (p.clone(), d.clone()))
+                .collect()
+        };
+        Ok(lilypad_agent::patch::diff(
+            &pick(&self.0),
+            &pick(&repo.snapshot()?),
+        ))
+    }
+
+    fn status(&self, repo: &dyn Repository) -> Result<Vec<(FileChange, RepoPath)>, RepoError> {
+        let now = repo.snapshot()?;
+        let mut out: Vec<(FileChange, RepoPath)> = now
+            .iter()
+            .filter_map(|(p, d)| match self.0.get(p) {
+                None => Some((FileChange::Added, p.clone())),
+                Some(old) if old != d => Some((FileChange::Modified, p.clone())),
+                _ => None,
+            })
+            .chain(
+                self.0
+                    .keys()
+                    .filter(|p| !now.contains_key(*p))
+                    .map(|p| (FileChange::Deleted, p.clone())),
+            )
+            .collect();
+        out.sort_by(|a, b| a.1.cmp(&b.1));
+        Ok(out)
+    }
+}
+
+/// Runs `python`/`pytest` with the machine's Python in a scratch copy of the snapshot, then
+/// copies the files it changed back into the snapshot (caches excluded by the snapshot rules).
+/// The workspace itself is never touched.
+struct ScratchPython;
+
+const PYTHON_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl PythonRunner for ScratchPython {
+    fn run(
+        &mut self,
+        repo: &mut dyn Repository,
+        cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32 {
+        match run_python(repo, cwd, argv, io) {
+            Ok(code) => code,
+            Err(e) => {
+                io.write_stderr(
+                    format!("{}: {e}\n", argv.first().map_or("python", String::as_str)).as_bytes(),
+                );
+                126
+            }
+        }
+    }
+}
+
+fn run_python(
+    repo: &mut dyn Repository,
+    cwd: &RepoPath,
+    argv: &[String],
+    io: &mut ProgramIo,
+) -> Result<i32, String> {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "lilypad-python-{}-{}",
+        std::process::id(),
+        RUNS.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _cleanup = RemoveOnDrop(dir.clone());
+    let before = repo.snapshot().map_err(|e| e.to_string())?;
+    for (path, data) in &before {
+        let file = dir.join(path.as_str());
+        std::fs::create_dir_all(file.parent().unwrap_or(&dir)).map_err(|e| e.to_string())?;
+        std::fs::write(&file, data).map_err(|e| e.to_string())?;
+    }
+    std::fs::create_dir_all(dir.join(cwd.as_str())).map_err(|e| e.to_string())?;
+    let python = std::env::var("LILYPAD_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut cmd = std::process::Command::new(&python);
+    match argv.first().map(String::as_str) {
+        Some("pytest") => cmd.args(["-m", "pytest"]),
+        Some("pip" | "pip3") => return Err("installing packages is not available here".into()),
+        _ => &mut cmd,
+    };
+    cmd.args(&argv[1.min(argv.len())..])
+        .current_dir(dir.join(cwd.as_str()))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {python}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(io.stdin());
+    }
+    // Drain both pipes on threads so a chatty program cannot block on a full pipe.
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
+    let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break Some(status);
+        }
+        if started.elapsed() > PYTHON_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    io.write_stdout(&out.join().unwrap_or_default());
+    io.write_stderr(&err.join().unwrap_or_default());
+    // Bring the program's file changes back into the snapshot.
+    let after = import_dir(repo.root(), &dir, LIMITS).map_err(|e| e.to_string())?;
+    let after = after.baseline();
+    for (path, data) in after {
+        if before.get(path) != Some(data) {
+            repo.write(path, data).map_err(|e| e.to_string())?;
+        }
+    }
+    for path in before.keys().filter(|p| !after.contains_key(*p)) {
+        repo.remove(path).map_err(|e| e.to_string())?;
+    }
+    match status {
+        Some(s) => Ok(s.code().unwrap_or(128)),
+        None => {
+            io.write_stderr(format!("timed out after {} s\n", PYTHON_TIMEOUT.as_secs()).as_bytes());
+            Ok(124)
+        }
+    }
+}
+
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_line(line: &str) -> (Result<(), Failure>, Vec<Value>) {
+        let mut events = Vec::new();
+        let cancel = AtomicBool::new(false);
+        let result = serve(line, &cancel, &mut |e| {
+            events.push(serde_json::to_value(e).unwrap())
+        });
+        (result, events)
+    }
+
+    #[test]
+    fn bad_requests_are_typed_errors() {
+        for (line, needle) in [
+            ("", "stdin was empty"),
+            ("{not json", "invalid request"),
+            (r#"{"type":"fly"}"#, "unknown variant `fly`"),
+            (r#"{"type":"solve","task":"t"}"#, "missing field"),
+            (
+                r#"{"type":"solve","task":"t","model":{"scripted":"x"},"repo":{"files":[]},"bogus":1}"#,
+                "unknown field `bogus`",
+            ),
+        ] {
+            let (result, events) = run_line(line);
+            let Err(Failure(code, message)) = result else {
+                panic!("{line} was accepted")
+            };
+            assert_eq!(code, ErrorCode::BadRequest, "{line}");
+            assert!(message.contains(needle), "{line}: {message}");
+            assert!(events.is_empty());
+        }
+    }
+
+    #[test]
+    fn repo_and_model_errors_name_their_cause() {
+        let (result, _) = run_line(
+            r#"{"type":"solve","task":"t","model":{"scripted":"/nonexistent.json"},"repo":{"files":[{"path":"../x","text":""}]}}"#,
+        );
+        assert!(matches!(result, Err(Failure(ErrorCode::Repo, _))));
+        let (result, events) = run_line(
+            r#"{"type":"solve","task":"t","model":{"scripted":"/nonexistent.json"},"repo":{"files":[{"path":"a.py","text":"x = 1\n"}]}}"#,
+        );
+        let Err(Failure(ErrorCode::Model, message)) = result else {
+            panic!("{result:?}")
+        };
+        assert!(message.contains("/nonexistent.json"), "{message}");
+        assert_eq!(events[0]["type"], "started");
+        assert_eq!(events[0]["files"], 1);
+    }
+
+    #[test]
+    fn a_scripted_run_edits_only_the_snapshot() {
+        let dir = std::env::temp_dir().join(format!("lilypad-stdio-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("replies.json");
+        let edit = r#"<tool_call>
+{"name": "Edit", "arguments": {"file_path": "/repo/a.py", "old_string": "x = 1", "new_string": "x = 2"}}
+</tool_call>"#;
+        let bash = "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"git status --short; cat a.py\"}}\n</tool_call>";
+        std::fs::write(
+            &script,
+            serde_json::to_string(&[edit, bash, "Done."]).unwrap(),
+        )
+        .unwrap();
+        let line = serde_json::json!({
+            "type": "solve", "task": "make x 2",
+            "model": {"scripted": script},
+            "repo": {"files": [{"path": "a.py", "text": "x = 1\n"}, {"path": "b/c.txt", "text": "c\n"}]},
+        })
+        .to_string();
+        let (result, events) = run_line(&line);
+        result.map_err(|f| f.1).unwrap();
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds.first(), Some(&"started"));
+        assert_eq!(kinds.last(), Some(&"done"));
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "step_finished").count(),
+            3,
+            "{kinds:?}"
+        );
+        let observation = events
+            .iter()
+            .filter(|e| e["type"] == "tool_finished")
+            .nth(1)
+            .unwrap();
+        assert_eq!(
+            observation["observation"], " M a.py\nx = 2",
+            "{observation}"
+        );
+        let done = events.last().unwrap();
+        assert_eq!(done["exit"]["reason"], "submitted");
+        assert_eq!(
+            done["changes"],
+            serde_json::json!([{"path": "a.py", "change": "modified", "text": "x = 2\n"}])
+        );
+        assert!(done["patch"].as_str().unwrap().contains("-x = 1\n+x = 2\n"));
+        assert_eq!(done["trajectory"]["steps"].as_array().unwrap().len(), 3);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
