@@ -2,7 +2,9 @@
 # The VS Code extension's tests: type-check and package web/vscode/lilypad.vsix, then the
 # end-to-end test in code-server driven by headless Chromium (web/vscode/test/e2e.mjs): a
 # scripted fix of examples/leap-year through the view, pending until accepted, tests pass after;
-# the same through the native `lilypad agent-stdio` in a window without WebGPU.
+# SmolLM2 running agent steps and a chat in the view's WebGPU engine, its cache surviving a
+# restart, a model file on disk; the same scripted fix through the native `lilypad agent-stdio`
+# in a window without WebGPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -16,4 +18,5 @@ cargo build --quiet -p lilypad-cli
 export PATH="$VSCODE_BIN:$PATH"
 export LILYPAD_BIN="$CARGO_TARGET_DIR/debug/lilypad" LILYPAD_REQUIRE_NATIVE=1
 export PYTHON="${PYTHON:-$LILYPAD_CACHE/py-tests/bin/python}"
+export LILYPAD_MODEL="$(scripts/fetch-model.sh)" LILYPAD_REQUIRE_MODEL=1
 node web/vscode/test/e2e.mjs

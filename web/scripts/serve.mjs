@@ -10,12 +10,12 @@ import { parseArgs } from 'node:util';
 import send from 'send';
 
 /**
- * Starts the server; resolves to { url, log, close }. Each log entry records one finished
+ * Starts the server on `host` (a loopback address); resolves to { url, log, close }. Each log entry records one finished
  * request: method, path, Range header, status and body bytes sent. `extra` maps path
  * prefixes to folders; `intercept(req, res, url)` may answer a request (returning true) or
  * rewrite `req.url`.
  */
-export function startServer({ port = 0, models, dist, extra = {}, intercept }) {
+export function startServer({ port = 0, host = '127.0.0.1', models, dist, extra = {}, intercept }) {
   const log = [];
   const server = createServer((req, res) => {
     let url = new URL(req.url ?? '/', 'http://localhost');
@@ -39,13 +39,22 @@ export function startServer({ port = 0, models, dist, extra = {}, intercept }) {
       }
     }
     if (url.pathname.startsWith('/models/')) {
+      // Models may be read from other origins (a VS Code webview), as from Hugging Face.
+      res.setHeader('Access-Control-Allow-Origin', '*');
+      res.setHeader('Access-Control-Expose-Headers', 'Content-Range, Content-Length, ETag, Last-Modified, Accept-Ranges');
+      if (req.method === 'OPTIONS') {
+        res.setHeader('Access-Control-Allow-Headers', 'Range');
+        res.setHeader('Access-Control-Allow-Methods', 'GET, HEAD');
+        res.statusCode = 204;
+        return res.end();
+      }
       return send(req, url.pathname.slice('/models'.length), { root: models }).pipe(res);
     }
     send(req, url.pathname === '/' ? '/index.html' : url.pathname, { root: dist }).pipe(res);
   });
   return new Promise((done) => {
-    server.listen(port, '127.0.0.1', () => {
-      const url = `http://127.0.0.1:${server.address().port}`;
+    server.listen(port, host, () => {
+      const url = `http://${host}:${server.address().port}`;
       done({ url, log, close: () => new Promise((r) => server.close(r)) });
     });
   });

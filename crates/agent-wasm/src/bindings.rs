@@ -8,11 +8,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use js_sys::{Array, Function, Promise, Reflect, Uint8Array};
 use lilypad_agent::{
-    AgentEvent, Completion, LanguageModel, ModelError, ProgramIo, PythonRunner, RepoPath,
-    Repository, Request, TokenSink, ToolCall, run_agent, tool_schemas,
+    AgentEvent, Completion, ExternalShell, LanguageModel, ModelError, ProgramIo, PythonRunner,
+    RepoPath, Repository, Request, ShellOutput, TokenSink, ToolCall, run_agent, tool_schemas,
 };
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
@@ -38,6 +39,20 @@ export interface PythonHost {
     /** Files the program wrote (contents) or deleted (null), relative to root. */
     changes: Array<[string, Uint8Array | null]>;
   };
+}
+
+/**
+ * A real terminal for the agent's `Bash` calls (an editor's, where the user approves each
+ * command). Rejecting says why the command did not run; the model reads that as the tool's error.
+ */
+export interface TerminalHost {
+  run(request: { command: string; timeout_ms: number }): Promise<{
+    /** stdout and stderr, interleaved. */
+    output: string;
+    /** null when the command was stopped. */
+    exit_code: number | null;
+    timed_out: boolean;
+  }>;
 }
 
 /** A language model: OpenAI-style messages in, the raw reply out. */
@@ -72,6 +87,11 @@ extern "C" {
     pub type PythonHost;
     #[wasm_bindgen(method, catch)]
     fn run(this: &PythonHost, request: &JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(typescript_type = "TerminalHost")]
+    pub type TerminalHost;
+    #[wasm_bindgen(method, catch, js_name = run)]
+    fn run_command(this: &TerminalHost, request: &JsValue) -> Result<Promise, JsValue>;
 
     #[wasm_bindgen(typescript_type = "ModelHost")]
     pub type ModelHost;
@@ -224,13 +244,15 @@ impl AgentWorkspace {
     /// (`max_steps`, `max_tokens_per_step`, `sampling`, `enable_thinking`, `system_prompt`, …).
     /// `onEvent` receives `{ type: 'step', index }`, `{ type: 'text', text }`, `{ type: 'tool', call }`,
     /// `{ type: 'observation', record }` and `{ type: 'trajectory', trajectory }` after every step;
-    /// returning false stops the run. Resolves to the trajectory.
+    /// returning false stops the run. With `terminal`, the agent's `Bash` calls run there instead
+    /// of in the project's shell. Resolves to the trajectory.
     pub fn run(
         &self,
         task: String,
         config: JsValue,
         model: ModelHost,
         on_event: Function,
+        terminal: Option<TerminalHost>,
     ) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
@@ -244,6 +266,9 @@ impl AgentWorkspace {
                 let mut ws = inner.borrow_mut();
                 (ws.begin_run().map_err(error)?, ws.repo())
             };
+            toolbox.set_external_shell(
+                terminal.map(|t| Box::new(JsTerminal(t)) as Box<dyn ExternalShell>),
+            );
             let mut model = JsModel { host: model };
             let mut emit = |event: AgentEvent<'_>| -> bool {
                 let value = match event {
@@ -281,6 +306,7 @@ impl AgentWorkspace {
                 &mut emit,
             )
             .await;
+            toolbox.set_external_shell(None);
             inner.borrow_mut().end_run(toolbox);
             let trajectory = result.map_err(error)?;
             to_js(&trajectory)
@@ -300,6 +326,42 @@ fn web_sys_log(message: &str) {
 #[wasm_bindgen(js_name = toolSchemas)]
 pub fn tool_schemas_js() -> Result<JsValue, JsValue> {
     to_js(&tool_schemas())
+}
+
+/// The agent's `Bash` through the page's [`TerminalHost`].
+struct JsTerminal(TerminalHost);
+
+#[derive(serde::Deserialize)]
+struct TerminalReply {
+    output: String,
+    exit_code: Option<i32>,
+    #[serde(default)]
+    timed_out: bool,
+}
+
+impl ExternalShell for JsTerminal {
+    fn run<'a>(
+        &'a mut self,
+        command: &'a str,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<ShellOutput, String>> + 'a>> {
+        Box::pin(async move {
+            let request = to_js(&serde_json::json!({
+                "command": command,
+                "timeout_ms": timeout.as_millis() as u64,
+            }))
+            .map_err(|e| js_message(&e))?;
+            let promise = self.0.run_command(&request).map_err(|e| js_message(&e))?;
+            let value = JsFuture::from(promise).await.map_err(|e| js_message(&e))?;
+            let reply: TerminalReply = serde_wasm_bindgen::from_value(value)
+                .map_err(|e| format!("the terminal's reply: {e}"))?;
+            Ok(ShellOutput {
+                output: reply.output,
+                exit_code: reply.exit_code,
+                timed_out: reply.timed_out,
+            })
+        })
+    }
 }
 
 /// Python through the page's [`PythonHost`] (Pyodide): the project's files go in, the files the

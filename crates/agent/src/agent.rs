@@ -110,7 +110,11 @@ pub async fn run_agent<M: LanguageModel>(
             role: Role::Assistant,
             content: reply.content.clone(),
             reasoning_content: reply.reasoning.clone(),
-            tool_calls: reply.calls.iter().filter_map(|c| c.as_ref().ok().cloned()).collect(),
+            tool_calls: reply
+                .calls
+                .iter()
+                .filter_map(|c| c.as_ref().ok().cloned())
+                .collect(),
             name: None,
         });
         let mut step = StepRecord {
@@ -135,7 +139,12 @@ pub async fn run_agent<M: LanguageModel>(
                     completion.generated_tokens
                 );
                 traj.messages.push(Message::user(note.clone()));
-                step.calls.push(CallRecord { call: None, observation: note, is_error: true, duration_ms: 0.0 });
+                step.calls.push(CallRecord {
+                    call: None,
+                    observation: note,
+                    is_error: true,
+                    duration_ms: 0.0,
+                });
                 None
             }
             _ if reply.calls.is_empty() => Some(Exit::Submitted),
@@ -151,9 +160,12 @@ pub async fn run_agent<M: LanguageModel>(
                         aborted = true;
                         break;
                     }
-                    (Some(call.clone()), toolbox.execute(repo, call))
+                    (Some(call.clone()), toolbox.execute_async(repo, call).await)
                 }
-                Err(e) => (None, crate::tools::Observation::error(format!("Error: {e}"))),
+                Err(e) => (
+                    None,
+                    crate::tools::Observation::error(format!("Error: {e}")),
+                ),
             };
             let record = CallRecord {
                 call,
@@ -163,7 +175,8 @@ pub async fn run_agent<M: LanguageModel>(
             };
             on_event(AgentEvent::ToolFinished(&record));
             let name = record.call.as_ref().map_or("error", |c| c.name.as_str());
-            traj.messages.push(Message::tool(name, record.observation.clone()));
+            traj.messages
+                .push(Message::tool(name, record.observation.clone()));
             step.calls.push(record);
         }
         if all_malformed {

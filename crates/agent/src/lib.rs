@@ -24,7 +24,7 @@ pub use disk_repo::DiskRepo;
 pub use error::RepoError;
 pub use patch::Change;
 pub use path::RepoPath;
-pub use shell::{Shell, ShellOutput};
+pub use shell::{ExternalShell, Shell, ShellOutput};
 pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
 #[cfg(unix)]
 pub use shell::NativeShell;

@@ -1,12 +1,17 @@
 //! The agent loop driven by scripted models: a bug fixed end to end, replay of a recorded run,
 //! malformed calls, and every way a run ends.
 
+use std::cell::RefCell;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
 
 use lilypad_agent::archive::import_dir;
 use lilypad_agent::{
-    AgentConfig, AgentEvent, Exit, FinishReason, ImportLimits, RepoPath, Repository, ScriptedModel, Toolbox,
-    Trajectory, VirtualRepo, VirtualShell, run_agent,
+    AgentConfig, AgentEvent, Exit, ExternalShell, FinishReason, ImportLimits, RepoPath, Repository, ScriptedModel,
+    ShellOutput, Toolbox, Trajectory, VirtualRepo, VirtualShell, run_agent,
 };
 
 fn example(name: &str) -> VirtualRepo {
@@ -187,6 +192,67 @@ fn the_observer_can_abort_and_sees_every_event() {
     assert_eq!((steps, tools), (2, 1));
     assert!(text.starts_with("<think>\nThe century rule"));
     assert_eq!(t.patch, "", "the edit of step 2 never ran");
+}
+
+/// A terminal that answers the first command and refuses the rest, recording what it was asked.
+struct Terminal {
+    asked: Rc<RefCell<Vec<(String, Duration)>>>,
+}
+
+impl ExternalShell for Terminal {
+    fn run<'a>(
+        &'a mut self,
+        command: &'a str,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<ShellOutput, String>> + 'a>> {
+        let mut asked = self.asked.borrow_mut();
+        asked.push((command.to_string(), timeout));
+        let answer = if asked.len() == 1 {
+            Ok(ShellOutput { output: "1 failed, 10 passed\n".into(), exit_code: Some(1), timed_out: false })
+        } else {
+            Err("The user did not allow this command.".to_string())
+        };
+        Box::pin(std::future::ready(answer))
+    }
+}
+
+#[test]
+fn an_external_shell_runs_the_agents_bash_calls_and_its_refusals_reach_the_model() {
+    let bash = |command: &str, timeout: Option<u64>| {
+        let mut args = serde_json::json!({"command": command, "description": "Run the tests"});
+        if let Some(t) = timeout {
+            args["timeout"] = t.into();
+        }
+        call("Bash", args)
+    };
+    let replies = [
+        bash("python -m pytest -q", None),
+        format!("{}\n{}", bash("rm -rf build", Some(900_000)), call("Glob", serde_json::json!({"pattern": "*.py"}))),
+        call("Bash", serde_json::json!({"description": "no command"})),
+        "Done.".to_string(),
+    ];
+    let texts: Vec<&str> = replies.iter().map(String::as_str).collect();
+    let mut model = ScriptedModel::new("scripted", &texts);
+    let mut repo = example("leap-year");
+    let asked = Rc::new(RefCell::new(Vec::new()));
+    let mut toolbox = Toolbox::new(Box::new(VirtualShell::new()));
+    toolbox.set_external_shell(Some(Box::new(Terminal { asked: asked.clone() })));
+    let t = pollster::block_on(run_agent(&mut model, &mut repo, &mut toolbox, "task", &AgentConfig::default(), &mut |_| true))
+        .unwrap();
+    assert_eq!(t.exit, Some(Exit::Submitted));
+    // The terminal's output and exit code read as the virtual shell's would.
+    assert_eq!(t.steps[0].calls[0].observation, "1 failed, 10 passed\nExit code: 1");
+    assert!(t.steps[0].calls[0].is_error);
+    // A refusal is the tool's error; other tools still run in the repository.
+    assert_eq!(t.steps[1].calls[0].observation, "The user did not allow this command.");
+    assert!(t.steps[1].calls[0].is_error);
+    assert!(t.steps[1].calls[1].observation.contains("calendar_utils.py"), "{}", t.steps[1].calls[1].observation);
+    // Arguments are checked before the terminal is asked; timeouts are held to the maximum.
+    assert!(t.steps[2].calls[0].observation.contains("command"), "{}", t.steps[2].calls[0].observation);
+    assert_eq!(
+        *asked.borrow(),
+        [("python -m pytest -q".to_string(), Duration::from_millis(120_000)), ("rm -rf build".to_string(), Duration::from_millis(600_000))]
+    );
 }
 
 /// Python with pytest for the native end-to-end check, if this machine has one

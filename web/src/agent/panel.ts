@@ -5,7 +5,7 @@
  * (models and saving files), so the playground page and the VS Code webview mount the same panel.
  */
 import { FileEditor, PatchView } from './editor';
-import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type Trajectory } from './session';
+import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type TerminalHost, type Trajectory } from './session';
 
 export interface ModelChoice {
   id: string;
@@ -24,6 +24,8 @@ export interface PanelHost {
   save(name: string, data: Uint8Array | string, type: string): void;
   /** Told after every redraw: an editor host mirrors the session's changes as pending edits. */
   changed?(session: AgentSession): void;
+  /** A real terminal for the run's `Bash` calls (an editor's, opted into); none: the project's shell. */
+  terminal?(): TerminalHost | undefined;
 }
 
 const TEMPLATE = `
@@ -247,7 +249,7 @@ export class AgentPanel {
       return;
     }
     this.setStatus('.agent-run-status', `Running with ${model.name}…`);
-    const run = s.run(task, model, this.settings(), (e) => this.onEvent(e));
+    const run = s.run(task, model, this.settings(), (e) => this.onEvent(e), this.host.terminal?.());
     this.refresh();
     try {
       this.trajectory = await run;

@@ -3,10 +3,10 @@
  * diff, undo), Python through Pyodide, and agent runs against any ModelHost. UI-free, so the
  * playground's panel and the VS Code webview drive the same object.
  */
-import init, { AgentWorkspace, type ModelHost, toolSchemas } from './wasm/lilypad_agent_wasm.js';
+import init, { AgentWorkspace, type ModelHost, type TerminalHost, toolSchemas } from './wasm/lilypad_agent_wasm.js';
 import { type PythonOptions, type PyodideRunner, loadPython } from './python';
 
-export type { ModelHost, PythonHost } from './wasm/lilypad_agent_wasm.js';
+export type { ModelHost, PythonHost, TerminalHost } from './wasm/lilypad_agent_wasm.js';
 
 let wasm: Promise<unknown> | undefined;
 const ready = () => (wasm ??= init());
@@ -175,14 +175,20 @@ export class AgentSession {
   }
 
   /** Runs the agent; resolves to the finished trajectory. stop() ends it after the current token. */
-  async run(task: string, model: ModelHost, settings: AgentSettings = {}, onEvent: (e: AgentEvent) => void = () => {}): Promise<Trajectory> {
+  async run(
+    task: string,
+    model: ModelHost,
+    settings: AgentSettings = {},
+    onEvent: (e: AgentEvent) => void = () => {},
+    terminal?: TerminalHost,
+  ): Promise<Trajectory> {
     if (this.running) throw new Error('the agent is already running');
     const run = (this.running = { stop: false });
     try {
       return (await this.workspace.run(task, settings, model, (event: AgentEvent) => {
         onEvent(event);
         return !run.stop;
-      })) as Trajectory;
+      }, terminal)) as Trajectory;
     } finally {
       this.running = undefined;
     }

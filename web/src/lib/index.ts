@@ -27,7 +27,10 @@ export interface CreateEngineOptions extends LoadOptions {
   onProgress?: (p: Progress) => void;
   /** Cancels the download or upload; createEngine then rejects with code "aborted". */
   signal?: AbortSignal;
-  /** Starts the engine's worker, for pages that cannot load it from their own origin (editor webviews). */
+  /**
+   * Starts the engine's worker, for pages whose workers cannot load it from the page's origin
+   * (editor webviews). Such a page posts `{ type: 'wasm', module }` to the new worker first.
+   */
   startWorker?: () => Worker;
 }
 

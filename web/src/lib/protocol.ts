@@ -65,7 +65,8 @@ export type ToWorker =
   | { id: number; type: 'chat'; request: WireChatRequest }
   | { id: number; type: 'complete'; request: WirePromptRequest }
   | { id: number; type: 'info' | 'reset' | 'unload' }
-  | { type: 'abort' };
+  | { type: 'abort' }
+  | { type: 'wasm'; module: WebAssembly.Module };
 
 export type FromWorker =
   | { id: number; type: 'progress'; progress: Progress }

@@ -10,7 +10,11 @@ import { opfsStore } from './opfs';
 import type { FromWorker, LoadOptions, ModelSource, Progress, ToWorker } from './protocol';
 import { type ModelReader, blobReader, fileReader } from './readers';
 
-const ready = init();
+/**
+ * The wasm module, fetched beside this script on first use, or handed over by a page whose
+ * workers cannot fetch the extension's files (a `wasm` message, before any request).
+ */
+let ready: Promise<unknown> | undefined;
 let engine: Engine | undefined;
 let adapterInfo: GPUAdapterInfo | undefined;
 let aborted = false;
@@ -34,7 +38,7 @@ async function requireWebGpu(): Promise<GPUAdapterInfo> {
 async function load(id: number, source: ModelSource, options: LoadOptions): Promise<unknown> {
   const started = performance.now();
   const progress = (p: Progress) => post({ id, type: 'progress', progress: p });
-  await ready;
+  await (ready ??= init());
   const adapter = (adapterInfo = await requireWebGpu());
   engine?.unload();
   engine = undefined;
@@ -126,6 +130,10 @@ async function handle(m: Exclude<ToWorker, { type: 'abort' }>): Promise<unknown>
 
 self.onmessage = async (e: MessageEvent<ToWorker>) => {
   const m = e.data;
+  if (m.type === 'wasm') {
+    ready = init({ module_or_path: m.module });
+    return;
+  }
   if (m.type === 'abort') {
     aborted = true;
     download?.abort();

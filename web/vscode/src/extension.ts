@@ -4,10 +4,13 @@
  * the workspace folder), and the agent's edits kept as pending changes that the user reviews in
  * VS Code's diff editor and applies or discards. Nothing the agent does is written to disk until
  * the user accepts it. When the view has no WebGPU, the native `lilypad agent-stdio` runs as a
- * child process instead (native.ts).
+ * child process instead (native.ts). The agent's shell commands stay in the view unless the user
+ * opts into a real terminal, where each command needs the user's approval (terminal.ts).
  */
+import * as fs from 'node:fs';
 import * as vscode from 'vscode';
 import { NativeAgent } from './native';
+import { AgentTerminal } from './terminal';
 import { type PendingChange, PendingChanges, SCHEME } from './pending';
 import type { FromView, ToView, ViewSettings, WorkspaceFile } from './protocol';
 
@@ -31,8 +34,10 @@ export function activate(context: vscode.ExtensionContext) {
       view.post({ type: 'solve', task });
     }),
     vscode.commands.registerCommand('lilypad.chat', async () => {
+      const editor = vscode.window.activeTextEditor;
+      const selection = editor && !editor.selection.isEmpty ? editor.document.getText(editor.selection) : '';
       await view.reveal();
-      view.post({ type: 'focus' });
+      view.post({ type: 'chat', text: selection && `\`\`\`\n${selection}\n\`\`\`\n` });
     }),
     vscode.commands.registerCommand('lilypad.chooseModel', chooseModel),
     vscode.commands.registerCommand('lilypad.manageModels', () => view.manageModels()),
@@ -82,13 +87,23 @@ export function resolveInWorkspace(path: string): vscode.Uri {
   return vscode.Uri.joinPath(root, ...parts);
 }
 
+/** A model setting that names a file on this machine (as the view's isLocalFile decides). */
+function modelFile(model: string): vscode.Uri | undefined {
+  if (model.startsWith('file:')) return vscode.Uri.parse(model);
+  if (model.startsWith('/') || /^[A-Za-z]:[\\/]/.test(model)) return vscode.Uri.file(model);
+  return undefined;
+}
+
 function viewSettings(): ViewSettings {
   const config = vscode.workspace.getConfiguration('lilypad');
   return {
-    model: config.get<string>('model') ?? '',
+    model: (config.get<string>('model') ?? '').trim(),
     maxSteps: config.get<number>('maxSteps') ?? 30,
     thinking: config.get<boolean>('thinking') ?? true,
     temperature: config.get<number>('temperature') ?? 0.6,
+    topP: config.get<number>('topP') ?? 0.95,
+    topK: config.get<number>('topK') ?? 20,
+    terminal: config.get<boolean>('terminal') ?? false,
   };
 }
 
@@ -118,7 +133,11 @@ class AgentView implements vscode.WebviewViewProvider {
   private ready?: () => void;
   private readyPromise = new Promise<void>((r) => (this.ready = r));
 
-  constructor(private context: vscode.ExtensionContext, private pending: PendingChanges) {}
+  private terminal = new AgentTerminal();
+
+  constructor(private context: vscode.ExtensionContext, private pending: PendingChanges) {
+    context.subscriptions.push(this.terminal);
+  }
 
   async reveal() {
     await vscode.commands.executeCommand('lilypad.agent.focus');
@@ -149,6 +168,13 @@ class AgentView implements vscode.WebviewViewProvider {
 <ul class="pending-list"></ul>
 <div class="row"><button type="button" class="accept-all">Accept all</button> <button type="button" class="discard-all">Discard all</button></div>
 </section>
+<details id="lilypad-chat"><summary>Chat</summary>
+<div class="chat-messages" aria-live="polite"></div>
+<form class="chat-form">
+<textarea class="chat-input" rows="3" placeholder="Ask the model (no tools; Enter sends)"></textarea>
+<div class="row"><button type="submit" class="chat-send">Send</button> <button type="button" class="chat-stop" hidden>Stop</button> <button type="button" class="chat-clear">New conversation</button></div>
+<p class="chat-stats" aria-live="polite"></p>
+</form></details>
 <main id="agent"></main>
 <script>window.lilypadSettings = ${JSON.stringify(settings)};</script>
 <script type="module" src="${script}"></script>
@@ -220,6 +246,43 @@ class AgentView implements vscode.WebviewViewProvider {
       case 'native':
         await vscode.commands.executeCommand('lilypad.solve', m.task);
         break;
+      case 'readModel':
+        await this.sendModelFile(m.path);
+        break;
+      case 'command': {
+        const accept = async () => this.afterApply(await this.pending.accept(this.pending.paths()));
+        try {
+          const result = await this.terminal.run(m.command, m.timeoutMs, this.pending.paths().length, accept);
+          this.post({ type: 'commandResult', id: m.id, result });
+        } catch (e) {
+          this.post({ type: 'commandResult', id: m.id, refused: String((e as Error).message ?? e) });
+        }
+        break;
+      }
+    }
+  }
+
+  /**
+   * The configured model file, streamed to the view in chunks (which it gathers into a Blob):
+   * the view can read no file of its own, and only the file the settings name is sent.
+   */
+  private async sendModelFile(path: string) {
+    const configured = (vscode.workspace.getConfiguration('lilypad').get<string>('model') ?? '').trim();
+    const file = modelFile(configured);
+    try {
+      if (!file || configured !== path) throw new Error(`${path} is not the model file in the lilypad.model setting`);
+      const { size } = await fs.promises.stat(file.fsPath);
+      if (size === 0) throw new Error(`${path} is empty`);
+      let done = 0;
+      for await (const chunk of fs.createReadStream(file.fsPath, { highWaterMark: 16 << 20 })) {
+        done += (chunk as Buffer).byteLength;
+        const data = new Uint8Array((chunk as Buffer).buffer, (chunk as Buffer).byteOffset, (chunk as Buffer).byteLength);
+        // Waits for each chunk to be handed over, so a large file is not queued in memory at once.
+        await this.view?.webview.postMessage({ type: 'modelChunk', path, data, done, size } satisfies ToView);
+      }
+      if (done !== size) throw new Error(`${path}: read ${done} of ${size} bytes`);
+    } catch (e) {
+      this.post({ type: 'modelError', path, message: String((e as Error).message ?? e) });
     }
   }
 

@@ -1,4 +1,6 @@
-/** Messages between the extension host and the webview (both directions are JSON-clonable). */
+/** Messages between the extension host and the webview (JSON-clonable, and byte arrays). */
+import type { CommandResult } from './terminal';
+
 
 export interface WorkspaceFile {
   /** Relative to the workspace folder, '/'-separated. */
@@ -20,8 +22,11 @@ export type ToView =
   | { type: 'discard'; changes: Array<ProposedChange & { original: string | null }> }
   | { type: 'applied'; paths: string[] }
   | { type: 'solve'; task: string }
-  | { type: 'focus' }
+  | { type: 'chat'; text?: string }
   | { type: 'settings'; settings: ViewSettings }
+  | { type: 'commandResult'; id: number; result?: CommandResult; refused?: string }
+  | { type: 'modelChunk'; path: string; data: Uint8Array; done: number; size: number }
+  | { type: 'modelError'; path: string; message: string }
   | { type: 'listModels' }
   | { type: 'deleteModel'; url: string };
 
@@ -33,13 +38,20 @@ export type FromView =
   | { type: 'discard'; paths: string[] }
   | { type: 'save'; name: string; data: string | number[] }
   | { type: 'native'; task: string }
+  | { type: 'readModel'; path: string }
+  | { type: 'command'; id: number; command: string; timeoutMs: number }
   | { type: 'models'; models: Array<{ url: string; bytes: number; complete: boolean; updated: number }> }
   | { type: 'deleted'; url: string };
 
 /** The settings the view uses (the rest are the extension host's). */
 export interface ViewSettings {
+  /** As configured: a URL, a file path or `scripted:…`. */
   model: string;
   maxSteps: number;
   thinking: boolean;
   temperature: number;
+  topP: number;
+  topK: number;
+  /** The agent's Bash runs in a real terminal, each command approved by the user. */
+  terminal: boolean;
 }

@@ -3,11 +3,12 @@
  * folder (sent by the extension host), the agent's edits stay in the panel's in-memory workspace
  * and are mirrored to the host as pending changes, which the user accepts or discards there.
  */
-import { type Engine, createEngine, deleteCachedModel, listCachedModels } from '../../src/lib/index';
+import { type ChatMessage, type Engine, createEngine, deleteCachedModel, listCachedModels } from '../../src/lib/index';
 import { engineModel, scriptedModel } from '../../src/agent/models';
 import { AgentPanel } from '../../src/agent/panel';
 import { AgentSession } from '../../src/agent/session';
 import type { FromView, ProposedChange, ToView, ViewSettings } from './protocol';
+import type { CommandResult } from './terminal';
 
 declare function acquireVsCodeApi(): { postMessage(m: FromView): void };
 declare global {
@@ -18,35 +19,107 @@ declare global {
 
 (globalThis as unknown as { lilypadEnv: { BASE_URL: string } }).lilypadEnv = { BASE_URL: new URL('./', import.meta.url).href };
 const vscode = acquireVsCodeApi();
-const settings = window.lilypadSettings;
+let settings = window.lilypadSettings;
 const post = (m: FromView) => vscode.postMessage(m);
 
-let loaded: { url: string; engine: Engine } | undefined;
-async function engineFor(url: string, onStatus: (t: string) => void): Promise<Engine> {
-  if (loaded?.url === url) return loaded.engine;
-  await loaded?.engine.unload();
-  loaded = undefined;
-  const engine = await createEngine({
-    model: url,
-    startWorker,
-    onProgress: (p) => {
-      if (p.phase === 'download') onStatus(`Downloading ${(p.bytesDone / 1e6).toFixed(0)} / ${(p.bytesTotal / 1e6).toFixed(0)} MB`);
-      else if (p.phase === 'upload') onStatus(`Uploading weights ${p.tensorsDone} / ${p.tensorsTotal}`);
-      else onStatus(`Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}`);
-    },
+/** A model setting that names a file on this machine rather than a URL. */
+const isLocalFile = (model: string) => model.startsWith('/') || /^[A-Za-z]:[\\/]/.test(model) || model.startsWith('file:');
+
+let loaded: { model: string; engine: Engine } | undefined;
+let loading: { model: string; engine: Promise<Engine> } | undefined;
+/**
+ * The engine for `model` (a URL, or the path of a file on this machine), loaded once and shared by
+ * the agent and the chat. URLs are downloaded into the view's cache, which outlives VS Code
+ * restarts; a file is read from the extension host each time it is loaded.
+ */
+function engineFor(model: string, onStatus: (t: string) => void): Promise<Engine> {
+  if (loaded?.model === model) return Promise.resolve(loaded.engine);
+  if (loading?.model === model) return loading.engine;
+  const load = (async () => {
+    await loaded?.engine.unload();
+    loaded = undefined;
+    document.body.dataset.model = 'loading';
+    const source = isLocalFile(model) ? await readModelFile(model, onStatus) : model;
+    await prepareWorker();
+    const engine = await createEngine({
+      model: source,
+      startWorker,
+      onProgress: (p) => {
+        if (p.phase === 'download') onStatus(`Downloading ${(p.bytesDone / 1e6).toFixed(0)} / ${(p.bytesTotal / 1e6).toFixed(0)} MB`);
+        else if (p.phase === 'upload') onStatus(`Uploading weights ${p.tensorsDone} / ${p.tensorsTotal}`);
+        else {
+          document.body.dataset.modelFromCache = String(p.fromCache);
+          onStatus(`Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}`);
+        }
+      },
+    });
+    loaded = { model, engine };
+    document.body.dataset.model = 'ready';
+    return engine;
+  })();
+  loading = { model, engine: load };
+  load.catch(() => (document.body.dataset.model = 'error')).finally(() => {
+    if (loading?.engine === load) loading = undefined;
   });
-  loaded = { url, engine };
-  return engine;
+  return load;
 }
+/**
+ * A model file on this machine, as a Blob: the extension host streams the file that the
+ * lilypad.model setting names (and no other) in chunks.
+ */
+let fileRead: { path: string; parts: Uint8Array[]; resolve: (b: Blob) => void; reject: (e: Error) => void; onStatus: (t: string) => void } | undefined;
+function readModelFile(path: string, onStatus: (t: string) => void): Promise<Blob> {
+  if (settings.model !== path) {
+    return Promise.reject(new Error(`${path}: set it as the model (lilypad: Choose model) so that the view may read it`));
+  }
+  fileRead?.reject(new Error('another model file was chosen'));
+  return new Promise((resolve, reject) => {
+    fileRead = { path, parts: [], resolve, reject, onStatus };
+    onStatus(`Reading ${path}`);
+    post({ type: 'readModel', path });
+  });
+}
+function onModelChunk(m: Extract<ToView, { type: 'modelChunk' }>) {
+  if (fileRead?.path !== m.path) return;
+  fileRead.parts.push(m.data);
+  fileRead.onStatus(`Reading the model file: ${(m.done / 1e6).toFixed(0)} / ${(m.size / 1e6).toFixed(0)} MB`);
+  if (m.done === m.size) {
+    fileRead.resolve(new Blob(fileRead.parts as BlobPart[]));
+    fileRead = undefined;
+  }
+}
+const modelStatus = (text: string) => (q('.agent-model-status').textContent = text);
 
 /**
- * The engine's worker: webview pages cannot start a worker from the extension's resource origin,
- * so a same-origin module blob imports it (its import.meta.url then finds the wasm beside it).
+ * The engine worker's script and wasm. A webview's files are served through its service worker,
+ * which answers the page but not the page's workers (their requests never complete): the page
+ * fetches both, starts the worker from a same-origin blob and hands it the compiled module.
  */
-function startWorker(): Worker {
-  const url = new URL('engine-worker.js', import.meta.url).href;
-  const blob = new Blob([`import ${JSON.stringify(url)};`], { type: 'text/javascript' });
-  return new Worker(URL.createObjectURL(blob), { type: 'module', name: 'lilypad-engine' });
+let workerAssets: Promise<{ script: string; wasm: WebAssembly.Module }> | undefined;
+function fetchWorkerAssets() {
+  workerAssets ??= (async () => {
+    const get = async (name: string) => {
+      const res = await fetch(new URL(name, import.meta.url));
+      if (!res.ok) throw new Error(`${name}: ${res.status} ${res.statusText}`);
+      return res;
+    };
+    const [script, wasm] = await Promise.all([
+      get('engine-worker.js').then((r) => r.blob()).then((b) => URL.createObjectURL(new Blob([b], { type: 'text/javascript' }))),
+      get('lilypad_wasm_bg.wasm').then((r) => r.arrayBuffer()).then((b) => WebAssembly.compile(b)),
+    ]);
+    return { script, wasm };
+  })();
+  workerAssets.catch(() => (workerAssets = undefined));
+  return workerAssets;
+}
+let startWorker: () => Worker;
+async function prepareWorker() {
+  const { script, wasm } = await fetchWorkerAssets();
+  startWorker = () => {
+    const worker = new Worker(script, { type: 'module', name: 'lilypad-engine' });
+    worker.postMessage({ type: 'wasm', module: wasm });
+    return worker;
+  };
 }
 
 /** Last changes sent, so the host hears only about differences. */
@@ -83,13 +156,26 @@ const panel = new AgentPanel(document.getElementById('agent')!, {
     post({ type: 'save', name, data: typeof data === 'string' ? data : Array.from(data) });
   },
   changed: mirror,
+  terminal: () => (settings.terminal ? { run: runInTerminal } : undefined),
 });
+
+/** The agent's Bash in the editor's terminal (opted in): the extension host asks the user first. */
+let commandIds = 0;
+const commands = new Map<number, { resolve: (r: CommandResult) => void; reject: (e: Error) => void }>();
+function runInTerminal(request: { command: string; timeout_ms: number }): Promise<CommandResult> {
+  const id = ++commandIds;
+  return new Promise((resolve, reject) => {
+    commands.set(id, { resolve, reject });
+    post({ type: 'command', id, command: request.command, timeoutMs: request.timeout_ms });
+  });
+}
 const q = <T extends HTMLElement>(s: string) => document.querySelector(s) as T;
 function applySettings(s: ViewSettings) {
   q<HTMLInputElement>('.agent-max-steps').value = String(s.maxSteps);
   q<HTMLInputElement>('.agent-temperature').value = String(s.temperature);
   q<HTMLInputElement>('.agent-thinking').checked = s.thinking;
   if (q<HTMLSelectElement>('.agent-model').value === 'engine') q<HTMLTextAreaElement>('.agent-model-input').value = s.model;
+  document.body.dataset.terminal = String(s.terminal);
 }
 applySettings(settings);
 // The project is the open folder: the panel's pickers are not needed here.
@@ -146,12 +232,27 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
       if (!gpu.ok) post({ type: 'native', task: m.task });
       else void panel.run();
       break;
-    case 'focus':
-      q<HTMLTextAreaElement>('.agent-task-text').focus();
-      break;
     case 'settings':
+      settings = m.settings;
       applySettings(m.settings);
       break;
+    case 'chat':
+      chat.open(m.text);
+      break;
+    case 'modelChunk':
+      onModelChunk(m);
+      break;
+    case 'modelError':
+      if (fileRead?.path === m.path) fileRead.reject(new Error(m.message));
+      fileRead = undefined;
+      break;
+    case 'commandResult': {
+      const waiting = commands.get(m.id);
+      commands.delete(m.id);
+      if (m.result) waiting?.resolve(m.result);
+      else waiting?.reject(new Error(m.refused ?? 'the command did not run'));
+      break;
+    }
     case 'listModels':
       void listCachedModels()
         .catch(() => [])
@@ -175,10 +276,113 @@ async function probeWebGpu(): Promise<{ ok: boolean; reason: string }> {
   }
 }
 
+/**
+ * Chat with the agent's model, without tools: the "lilypad: Chat" command opens it, with the
+ * editor's selection quoted when there is one.
+ */
+class Chat {
+  private history: ChatMessage[] = [];
+  private root = q<HTMLDetailsElement>('#lilypad-chat');
+  private messages = q('.chat-messages');
+  private input = q<HTMLTextAreaElement>('.chat-input');
+  private busy = false;
+
+  constructor() {
+    q<HTMLFormElement>('.chat-form').onsubmit = (e) => {
+      e.preventDefault();
+      void this.send();
+    };
+    this.input.onkeydown = (e) => {
+      if (e.key === 'Enter' && !e.shiftKey) {
+        e.preventDefault();
+        void this.send();
+      }
+    };
+    q('.chat-stop').onclick = () => void loaded?.engine.abort();
+    q('.chat-clear').onclick = () => {
+      this.history = [];
+      this.messages.replaceChildren();
+    };
+  }
+
+  open(text?: string) {
+    this.root.open = true;
+    if (text) this.input.value = text;
+    this.input.focus();
+  }
+
+  private bubble(role: string, text: string): HTMLElement {
+    const div = Object.assign(document.createElement('div'), { className: `chat-message ${role}`, textContent: text });
+    this.messages.append(div);
+    div.scrollIntoView({ block: 'end' });
+    return div;
+  }
+
+  async send() {
+    const text = this.input.value.trim();
+    if (!text || this.busy) return;
+    if (panel.session?.isRunning) return void (q('.chat-stats').textContent = 'The agent is running: ask when it has finished.');
+    if (!gpu.ok) return void (q('.chat-stats').textContent = 'Chat needs WebGPU in this view.');
+    const model = settings.model.trim();
+    if (!model || model.startsWith('scripted:')) return void (q('.chat-stats').textContent = 'Choose a model first (lilypad: Choose model).');
+    this.busy = true;
+    this.root.dataset.state = 'generating';
+    q('.chat-stop').hidden = false;
+    this.input.value = '';
+    this.bubble('user', text);
+    const reply = this.bubble('assistant', '');
+    try {
+      const engine = await engineFor(model, modelStatus);
+      this.history.push({ role: 'user', content: text });
+      let finish = '';
+      for await (const c of await engine.chat.completions.create({
+        messages: this.history,
+        stream: true,
+        max_tokens: 1024,
+        temperature: settings.temperature,
+        top_p: settings.topP,
+        top_k: settings.topK,
+        enable_thinking: settings.thinking,
+      })) {
+        reply.textContent += c.choices[0].delta.content ?? '';
+        finish = c.choices[0].finish_reason ?? finish;
+        if (c.usage && c.timings) {
+          q('.chat-stats').textContent =
+            `prefill ${c.usage.prefilled_tokens} tokens at ${c.timings.prefill_tokens_per_s.toFixed(1)} tok/s · ` +
+            `decode ${c.usage.completion_tokens} tokens at ${c.timings.decode_tokens_per_s.toFixed(1)} tok/s`;
+        }
+      }
+      reply.dataset.finish = finish;
+      this.history.push({ role: 'assistant', content: reply.textContent ?? '' });
+      this.root.dataset.state = 'done';
+    } catch (e) {
+      this.history.pop();
+      reply.classList.add('failed');
+      reply.textContent = String((e as Error).message ?? e);
+      this.root.dataset.state = 'error';
+    } finally {
+      this.busy = false;
+      q('.chat-stop').hidden = true;
+    }
+  }
+}
+const chat = new Chat();
+
 const gpu = await probeWebGpu();
 const banner = q('#lilypad-gpu');
 banner.dataset.webgpu = String(gpu.ok);
 banner.textContent = gpu.ok ? '' : `No WebGPU in this view (${gpu.reason}): models run with the native lilypad binary; scripted replies still work here.`;
 post({ type: 'ready', webgpu: gpu.ok, reason: gpu.reason });
+
+// A configured model that is already in the view's cache is loaded right away, so the first
+// run or question after a restart does not wait for it.
+if (gpu.ok && /^https?:/.test(settings.model)) {
+  const url = settings.model.trim();
+  void listCachedModels()
+    .then(async (models) => {
+      if (models.some((m) => m.url === url && m.complete)) await engineFor(url, modelStatus);
+    })
+    .catch((e) => modelStatus(String((e as Error).message ?? e)));
+}
 
 Object.assign(window, { lilypadAgent: { panel, AgentSession } });

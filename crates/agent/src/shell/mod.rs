@@ -1,6 +1,8 @@
 //! Shells behind the `Bash` tool. Natively a real shell runs in the repository's folder; in the
 //! browser a small shell runs over the in-memory repository. Both answer the same way: combined
 //! output and an exit status, so the model cannot tell (and need not care) which one ran.
+//! An editor may also route `Bash` to a real terminal the user approves commands in
+//! ([`ExternalShell`]).
 
 // Real processes and process groups: Unix only, so never in the wasm build.
 #[cfg(unix)]
@@ -10,8 +12,12 @@ pub use native::{DEFAULT_OUTPUT_LIMIT, NativeShell};
 
 // The shell over a `Repository` (the browser's Bash).
 pub mod virtual_shell;
-pub use virtual_shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
+pub use virtual_shell::{
+    FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell,
+};
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use crate::{RepoPath, Repository};
@@ -23,6 +29,18 @@ pub struct ShellOutput {
     /// Exit status; `None` when the command was killed (timeout).
     pub exit_code: Option<i32>,
     pub timed_out: bool,
+}
+
+/// Runs the agent's `Bash` commands somewhere outside the toolbox: a terminal in the user's
+/// editor, where the user approves each command. The answer comes from outside, hence async.
+pub trait ExternalShell {
+    /// The command's output, or why it did not run (the user refused it, the terminal is gone),
+    /// which the model reads as the tool's error.
+    fn run<'a>(
+        &'a mut self,
+        command: &'a str,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<ShellOutput, String>> + 'a>>;
 }
 
 pub trait Shell {

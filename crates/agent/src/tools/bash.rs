@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::Observation;
 use super::args::{Args, Kind, Param, Spec};
 use super::cut::cut_middle;
+use crate::shell::{ExternalShell, ShellOutput};
 use crate::{Repository, Shell};
 
 pub(super) const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -40,9 +41,31 @@ Usage:\n\
 };
 
 pub(super) fn run(shell: &mut dyn Shell, repo: &mut dyn Repository, args: &Args) -> Observation {
+    let (command, timeout_ms) = match command_and_timeout(args) {
+        Ok(c) => c,
+        Err(problem) => return problem,
+    };
+    shell.reset_cwd();
+    let result = shell.run(repo, command, Duration::from_millis(timeout_ms));
+    observe(result, timeout_ms)
+}
+
+/// The same call through an [`ExternalShell`]: a refusal is what the model reads.
+pub(super) async fn run_external(shell: &mut dyn ExternalShell, args: &Args) -> Observation {
+    let (command, timeout_ms) = match command_and_timeout(args) {
+        Ok(c) => c,
+        Err(problem) => return problem,
+    };
+    match shell.run(command, Duration::from_millis(timeout_ms)).await {
+        Ok(result) => observe(result, timeout_ms),
+        Err(refusal) => Observation::error(refusal),
+    }
+}
+
+fn command_and_timeout(args: &Args) -> Result<(&str, u64), Observation> {
     let command = args.text("command");
     if command.trim().is_empty() {
-        return Observation::error("command is empty.");
+        return Err(Observation::error("command is empty."));
     }
     // Longer requests are held to the maximum rather than refused: the command still runs.
     let timeout_ms = args
@@ -50,10 +73,14 @@ pub(super) fn run(shell: &mut dyn Shell, repo: &mut dyn Repository, args: &Args)
         .unwrap_or(DEFAULT_TIMEOUT_MS)
         .min(MAX_TIMEOUT_MS);
     if timeout_ms == 0 {
-        return Observation::error("timeout must be at least 1 millisecond.");
+        return Err(Observation::error(
+            "timeout must be at least 1 millisecond.",
+        ));
     }
-    shell.reset_cwd();
-    let result = shell.run(repo, command, Duration::from_millis(timeout_ms));
+    Ok((command, timeout_ms))
+}
+
+fn observe(result: ShellOutput, timeout_ms: u64) -> Observation {
     let output = cut_middle(result.output.trim_end_matches('\n'), MAX_OUTPUT_CHARS);
     let status = if result.timed_out {
         Some(format!(

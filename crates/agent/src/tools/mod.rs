@@ -14,7 +14,7 @@ mod write;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{EntryKind, RepoPath, Repository, Shell, ToolCall};
+use crate::{EntryKind, ExternalShell, RepoPath, Repository, Shell, ToolCall};
 use args::Spec;
 
 /// What a tool answers; the model reads `content` as the tool's reply.
@@ -69,18 +69,45 @@ pub fn tool_names() -> Vec<&'static str> {
     SPECS.iter().map(|s| s.name).collect()
 }
 
-/// Runs tool calls against a repository; `Bash` goes through the shell it was built with.
+/// Runs tool calls against a repository; `Bash` goes through the shell it was built with, or,
+/// in the agent loop, through an [`ExternalShell`] when one is set.
 pub struct Toolbox {
     shell: Box<dyn Shell>,
+    external: Option<Box<dyn ExternalShell>>,
 }
 
 impl Toolbox {
     pub fn new(shell: Box<dyn Shell>) -> Self {
-        Self { shell }
+        Self {
+            shell,
+            external: None,
+        }
     }
 
     pub fn shell(&self) -> &dyn Shell {
         self.shell.as_ref()
+    }
+
+    /// Sends the agent's `Bash` calls to `external` from now on (`None`: back to the shell).
+    pub fn set_external_shell(&mut self, external: Option<Box<dyn ExternalShell>>) {
+        self.external = external;
+    }
+
+    /// [`Toolbox::execute`] for the agent loop, where `Bash` may await an external shell.
+    pub async fn execute_async(
+        &mut self,
+        repo: &mut dyn Repository,
+        call: &ToolCall,
+    ) -> Observation {
+        match self.external.as_mut() {
+            Some(external) if call.name == bash::SPEC.name => {
+                match bash::SPEC.check(&call.arguments) {
+                    Ok(args) => bash::run_external(external.as_mut(), &args).await,
+                    Err(problem) => Observation::error(problem),
+                }
+            }
+            _ => self.execute(repo, call),
+        }
     }
 
     pub fn execute(&mut self, repo: &mut dyn Repository, call: &ToolCall) -> Observation {
