@@ -314,10 +314,22 @@ export class AgentPanel {
         this.refresh();
         break;
       }
-      case 'trajectory':
+      case 'trajectory': {
         this.trajectory = e.trajectory;
+        const step = e.trajectory.steps.at(-1);
+        const li = step && this.$(`.agent-step[data-index="${step.index}"]`);
+        if (step && li && !li.querySelector('.agent-step-stats')) {
+          const rate = (tokens: number, ms: number) => (ms > 0 ? `${((tokens * 1e3) / ms).toFixed(1)} tok/s` : '–');
+          const stats = document.createElement('p');
+          stats.className = 'agent-step-stats';
+          stats.textContent =
+            `prefill ${step.prefilled_tokens} of ${step.prompt_tokens} tokens at ${rate(step.prefilled_tokens, step.prefill_ms)} · ` +
+            `decode ${step.generated_tokens} tokens at ${rate(step.generated_tokens, step.decode_ms)}`;
+          li.append(stats);
+        }
         this.refresh();
         break;
+      }
     }
   }
 }

@@ -12,7 +12,10 @@ import * as vscode from 'vscode';
 import { NativeAgent } from './native';
 import { AgentTerminal } from './terminal';
 import { type PendingChange, PendingChanges, SCHEME } from './pending';
-import type { FromView, ToView, ViewSettings, WorkspaceFile } from './protocol';
+import type { FromView, ProposedChange, ToView, ViewSettings, WorkspaceFile } from './protocol';
+
+/** Where the pending proposals are kept between sessions (workspace state). */
+const PENDING_KEY = 'lilypad.pending';
 
 /** Workspaces larger than this are not mirrored into the view. */
 const MAX_FILES = 5000;
@@ -21,7 +24,11 @@ const EXCLUDE = '{**/.git/**,**/node_modules/**,**/target/**,**/__pycache__/**,*
 
 export function activate(context: vscode.ExtensionContext) {
   const pending = new PendingChanges();
-  const view = new AgentView(context, pending);
+  // Proposals outlive a window reload or a restart: kept in the workspace's state, checked
+  // against the disk again when restored.
+  const saved = context.workspaceState.get<ProposedChange[]>(PENDING_KEY, []);
+  const restored = pending.set(saved).catch(() => {});
+  const view = new AgentView(context, pending, restored);
   const native = new NativeAgent(pending);
   context.subscriptions.push(
     vscode.workspace.registerTextDocumentContentProvider(SCHEME, pending),
@@ -47,7 +54,10 @@ export function activate(context: vscode.ExtensionContext) {
     vscode.commands.registerCommand('lilypad.acceptAll', async () => view.afterApply(await pending.accept(pending.paths()))),
     vscode.commands.registerCommand('lilypad.discardAll', () => view.discard(pending.paths())),
     vscode.commands.registerCommand('lilypad.review', () => pending.review()),
-    pending.onDidChangePending(() => view.post({ type: 'pending', changes: pending.list() })),
+    pending.onDidChangePending(() => {
+      view.post({ type: 'pending', changes: pending.list() });
+      void context.workspaceState.update(PENDING_KEY, pending.list().map(({ path, change, text }) => ({ path, change, text })));
+    }),
   );
   // For tests and other extensions: the pending changes and the view's WebGPU state.
   return { pending, view, native };
@@ -135,7 +145,7 @@ class AgentView implements vscode.WebviewViewProvider {
 
   private terminal = new AgentTerminal();
 
-  constructor(private context: vscode.ExtensionContext, private pending: PendingChanges) {
+  constructor(private context: vscode.ExtensionContext, private pending: PendingChanges, private restored: Promise<void>) {
     context.subscriptions.push(this.terminal);
   }
 
@@ -212,8 +222,9 @@ class AgentView implements vscode.WebviewViewProvider {
     switch (m.type) {
       case 'ready': {
         this.webgpu = m.webgpu;
+        await this.restored;
         const workspace = await readWorkspace();
-        this.post({ type: 'workspace', ...workspace });
+        this.post({ type: 'workspace', ...workspace, pending: this.pending.list() });
         this.post({ type: 'pending', changes: this.pending.list() });
         this.ready?.();
         if (!m.webgpu) void this.noWebGpu(m.reason);

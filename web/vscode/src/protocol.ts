@@ -17,7 +17,7 @@ export interface ProposedChange {
 }
 
 export type ToView =
-  | { type: 'workspace'; name: string; files: WorkspaceFile[] }
+  | { type: 'workspace'; name: string; files: WorkspaceFile[]; pending: ProposedChange[] }
   | { type: 'pending'; changes: Array<ProposedChange & { original: string | null }> }
   | { type: 'discard'; changes: Array<ProposedChange & { original: string | null }> }
   | { type: 'applied'; paths: string[] }

@@ -122,6 +122,12 @@ async function prepareWorker() {
   };
 }
 
+/** Sets a file of the view's copy; null deletes it. */
+function putText(session: AgentSession, path: string, text: string | null) {
+  if (text === null) session.tool('Bash', { command: `rm -f '${path.replace(/'/g, `'\\''`)}'`, description: 'Remove' });
+  else session.writeText(path, text);
+}
+
 /** Last changes sent, so the host hears only about differences. */
 let lastSent = '';
 function mirror(session: AgentSession) {
@@ -211,17 +217,20 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
   switch (m.type) {
     case 'workspace':
       lastSent = '';
-      void panel.open(() => AgentSession.fromFiles(m.files.map((f) => ({ path: f.path, data: Uint8Array.from(f.data) })), m.name));
+      void panel.open(async () => {
+        const session = await AgentSession.fromFiles(m.files.map((f) => ({ path: f.path, data: Uint8Array.from(f.data) })), m.name);
+        // Proposals still pending from before this view was (re)loaded belong to its copy again;
+        // otherwise the first mirror would tell the host that there are none.
+        for (const c of m.pending) putText(session, c.path, c.text);
+        return session;
+      });
       break;
     case 'pending':
       showPending(m.changes);
       break;
     case 'discard':
       if (!panel.session) break;
-      for (const c of m.changes) {
-        if (c.original === null) panel.session.tool('Bash', { command: `rm -f '${c.path.replace(/'/g, `'\\''`)}'`, description: 'Discard' });
-        else panel.session.writeText(c.path, c.original);
-      }
+      for (const c of m.changes) putText(panel.session, c.path, c.original);
       panel.refresh();
       break;
     case 'applied':

@@ -54,7 +54,7 @@ const MODEL = process.env.LILYPAD_MODEL ? resolve(process.env.LILYPAD_MODEL) : u
 if (!MODEL && process.env.LILYPAD_REQUIRE_MODEL === '1') throw new Error('set LILYPAD_MODEL (LILYPAD_REQUIRE_MODEL=1)');
 /** Agent steps and tokens per step for the real model: enough to see steps, cheap on a CPU adapter. */
 const STEPS = Number(process.env.LILYPAD_E2E_STEPS ?? 2);
-const TOKENS = 48;
+const TOKENS = 16;
 const call = (name, args) => `<tool_call>\n${JSON.stringify({ name, arguments: args })}\n</tool_call>`;
 const fixEdit = call('Edit', {
   file_path: '/repo/calendar_utils.py',
@@ -236,7 +236,7 @@ async function acceptFromView(view, dir) {
 
 try {
   step('opening the lilypad view');
-  const view = await openView(folder);
+  let view = await openView(folder);
   const webgpu = await view.getAttribute('#lilypad-gpu', 'data-webgpu');
   step(`the view is ready (WebGPU: ${webgpu}); files: ${await view.locator('.agent-files button').count()}`);
   assert.ok(await view.locator('.agent-files button[data-path="calendar_utils.py"]').count(), 'the view mirrors the folder');
@@ -291,6 +291,13 @@ try {
   await page.waitForSelector('.tab:has-text("proposed by lilypad")', { timeout: 30_000 });
   await page.waitForSelector('.monaco-diff-editor', { timeout: 30_000 });
 
+  step('reloading the window keeps the proposal pending');
+  await page.reload();
+  view = await openView(folder);
+  await view.waitForSelector('#lilypad-pending:not([hidden]) li[data-path="calendar_utils.py"]', { timeout: 30_000 });
+  assert.deepEqual(await view.evaluate(() => window.lilypadAgent.panel.session.changes()), [{ path: 'calendar_utils.py', change: 'modified' }]);
+  assert.equal(readFileSync(join(folder, 'calendar_utils.py'), 'utf8'), original);
+
   step('accepting writes the file; the tests pass');
   await acceptFromView(view, folder);
 
@@ -303,6 +310,7 @@ try {
     call('Bash', { command: 'rm calendar_utils.py', description: 'Remove the module' }),
     'The tests pass.',
   ]));
+  await view.fill('.agent-task-text', 'Run the tests in the terminal.');
   await view.click('.agent-run');
   const dialog = async (button) => {
     const box = page.locator('.monaco-dialog-box');
@@ -359,6 +367,8 @@ try {
       assert.equal(t.model, basename(MODEL));
       assert.ok(t.steps.length >= 1 && t.steps.length <= STEPS, `${t.steps.length} steps`);
       assert.equal(await view.locator('.agent-step').count(), t.steps.length, 'every step of the trajectory is shown in the view');
+      assert.equal(await view.locator('.agent-step-stats').count(), t.steps.length, 'each step shows its speed');
+      console.log(`  step 1: ${await view.locator('.agent-step-stats').first().textContent()}`);
       for (const s of t.steps) assert.ok(s.generated_tokens >= 1 && s.generated_tokens <= TOKENS, JSON.stringify(s));
       console.log(`  ${await view.textContent('.agent-run-status')} in ${Math.round((Date.now() - started) / 1000)} s; exit ${JSON.stringify(t.exit)}; ` +
         JSON.stringify(t.steps.map((s) => ({ prompt: s.prompt_tokens, prefilled: s.prefilled_tokens, generated: s.generated_tokens, prefill_ms: Math.round(s.prefill_ms), decode_ms: Math.round(s.decode_ms) }))));
