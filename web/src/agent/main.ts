@@ -3,7 +3,7 @@
  * into the browser engine (kept loaded between runs) or scripted replies.
  */
 import { type Engine, createEngine } from '../lib/index';
-import { engineModel, scriptedModel } from './models';
+import { engineModel, progressText, scriptedModelFromJson } from './models';
 import { AgentPanel } from './panel';
 import { AgentSession } from './session';
 
@@ -15,11 +15,7 @@ async function engineFor(url: string, onStatus: (t: string) => void): Promise<En
   loaded = undefined;
   const engine = await createEngine({
     model: url,
-    onProgress: (p) => {
-      if (p.phase === 'download') onStatus(`Downloading ${(p.bytesDone / 1e6).toFixed(0)} / ${(p.bytesTotal / 1e6).toFixed(0)} MB`);
-      else if (p.phase === 'upload') onStatus(`Uploading weights ${p.tensorsDone} / ${p.tensorsTotal}`);
-      else onStatus(`Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}`);
-    },
+    onProgress: (p) => onStatus(progressText(p)),
   });
   loaded = { url, engine };
   return engine;
@@ -40,13 +36,7 @@ const panel = new AgentPanel(document.getElementById('agent')!, {
     { id: 'scripted', label: 'Scripted replies (for demos and tests)', input: 'script', value: '[]' },
   ],
   async createModel(choice, input, onStatus) {
-    if (choice === 'scripted') {
-      const replies = JSON.parse(input) as unknown;
-      if (!Array.isArray(replies) || !replies.every((r) => typeof r === 'string')) {
-        throw new Error('scripted replies must be a JSON array of strings');
-      }
-      return scriptedModel(replies);
-    }
+    if (choice === 'scripted') return scriptedModelFromJson(input);
     const engine = await engineFor(new URL(input.trim(), location.href).href, onStatus);
     return engineModel(engine, await engine.info());
   },

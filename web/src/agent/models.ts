@@ -3,7 +3,7 @@
  * chat sessions (the conversation's state stays in the engine between steps, so each step
  * evaluates only its new tokens) or a scripted list of replies (tests, demos, replays).
  */
-import type { ChatMessage, Engine, EngineInfo } from '../lib/index';
+import type { ChatMessage, Engine, EngineInfo, Progress } from '../lib/index';
 import type { ModelHost } from './wasm/lilypad_agent_wasm.js';
 
 type ModelRequest = Parameters<ModelHost['complete']>[0];
@@ -76,6 +76,22 @@ export function engineModel(engine: Engine, info: EngineInfo): ModelHost {
       };
     },
   };
+}
+
+/** The panel's "scripted" choice: replies typed as a JSON array of strings. */
+export function scriptedModelFromJson(json: string): ModelHost {
+  const replies = JSON.parse(json) as unknown;
+  if (!Array.isArray(replies) || !replies.every((r) => typeof r === 'string')) {
+    throw new Error('scripted replies must be a JSON array of strings');
+  }
+  return scriptedModel(replies);
+}
+
+/** A model's load progress as one status line. */
+export function progressText(p: Progress): string {
+  if (p.phase === 'download') return `Downloading ${(p.bytesDone / 1e6).toFixed(0)} / ${(p.bytesTotal / 1e6).toFixed(0)} MB`;
+  if (p.phase === 'upload') return `Uploading weights ${p.tensorsDone} / ${p.tensorsTotal}`;
+  return `Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}`;
 }
 
 /** Replies with `replies` in order, streamed word by word; fails when they run out. */

@@ -12,7 +12,7 @@ import * as vscode from 'vscode';
 import { NativeAgent } from './native';
 import { AgentTerminal } from './terminal';
 import { type PendingChange, PendingChanges, SCHEME } from './pending';
-import type { FromView, ProposedChange, ToView, ViewSettings, WorkspaceFile } from './protocol';
+import { type FromView, type ProposedChange, type ToView, type ViewSettings, type WorkspaceFile, isModelFile } from './protocol';
 
 /** Where the pending proposals are kept between sessions (workspace state). */
 const PENDING_KEY = 'lilypad.pending';
@@ -97,11 +97,10 @@ export function resolveInWorkspace(path: string): vscode.Uri {
   return vscode.Uri.joinPath(root, ...parts);
 }
 
-/** A model setting that names a file on this machine (as the view's isLocalFile decides). */
+/** The file a model setting names, if it names one. */
 function modelFile(model: string): vscode.Uri | undefined {
-  if (model.startsWith('file:')) return vscode.Uri.parse(model);
-  if (model.startsWith('/') || /^[A-Za-z]:[\\/]/.test(model)) return vscode.Uri.file(model);
-  return undefined;
+  if (!isModelFile(model)) return undefined;
+  return model.startsWith('file:') ? vscode.Uri.parse(model) : vscode.Uri.file(model);
 }
 
 function viewSettings(): ViewSettings {
@@ -278,16 +277,16 @@ class AgentView implements vscode.WebviewViewProvider {
    * the view can read no file of its own, and only the file the settings name is sent.
    */
   private async sendModelFile(path: string) {
-    const configured = (vscode.workspace.getConfiguration('lilypad').get<string>('model') ?? '').trim();
+    const configured = viewSettings().model;
     const file = modelFile(configured);
     try {
       if (!file || configured !== path) throw new Error(`${path} is not the model file in the lilypad.model setting`);
       const { size } = await fs.promises.stat(file.fsPath);
       if (size === 0) throw new Error(`${path} is empty`);
       let done = 0;
-      for await (const chunk of fs.createReadStream(file.fsPath, { highWaterMark: 16 << 20 })) {
-        done += (chunk as Buffer).byteLength;
-        const data = new Uint8Array((chunk as Buffer).buffer, (chunk as Buffer).byteOffset, (chunk as Buffer).byteLength);
+      for await (const chunk of fs.createReadStream(file.fsPath, { highWaterMark: 16 << 20 }) as AsyncIterable<Buffer>) {
+        done += chunk.byteLength;
+        const data = new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength);
         // Waits for each chunk to be handed over, so a large file is not queued in memory at once.
         await this.view?.webview.postMessage({ type: 'modelChunk', path, data, done, size } satisfies ToView);
       }

@@ -1,6 +1,11 @@
 /** Messages between the extension host and the webview (JSON-clonable, and byte arrays). */
 import type { CommandResult } from './terminal';
 
+/** Whether a model setting names a file on this machine (an absolute or `file:` path), not a URL. */
+export function isModelFile(model: string): boolean {
+  return model.startsWith('/') || /^[A-Za-z]:[\\/]/.test(model) || model.startsWith('file:');
+}
+
 
 export interface WorkspaceFile {
   /** Relative to the workspace folder, '/'-separated. */

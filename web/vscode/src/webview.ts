@@ -4,10 +4,10 @@
  * and are mirrored to the host as pending changes, which the user accepts or discards there.
  */
 import { type ChatMessage, type Engine, createEngine, deleteCachedModel, listCachedModels } from '../../src/lib/index';
-import { engineModel, scriptedModel } from '../../src/agent/models';
+import { engineModel, progressText, scriptedModelFromJson } from '../../src/agent/models';
 import { AgentPanel } from '../../src/agent/panel';
 import { AgentSession } from '../../src/agent/session';
-import type { FromView, ProposedChange, ToView, ViewSettings } from './protocol';
+import { type FromView, type ProposedChange, type ToView, type ViewSettings, isModelFile } from './protocol';
 import type { CommandResult } from './terminal';
 
 declare function acquireVsCodeApi(): { postMessage(m: FromView): void };
@@ -22,8 +22,6 @@ const vscode = acquireVsCodeApi();
 let settings = window.lilypadSettings;
 const post = (m: FromView) => vscode.postMessage(m);
 
-/** A model setting that names a file on this machine rather than a URL. */
-const isLocalFile = (model: string) => model.startsWith('/') || /^[A-Za-z]:[\\/]/.test(model) || model.startsWith('file:');
 
 let loaded: { model: string; engine: Engine } | undefined;
 let loading: { model: string; engine: Promise<Engine> } | undefined;
@@ -39,18 +37,14 @@ function engineFor(model: string, onStatus: (t: string) => void): Promise<Engine
     await loaded?.engine.unload();
     loaded = undefined;
     document.body.dataset.model = 'loading';
-    const source = isLocalFile(model) ? await readModelFile(model, onStatus) : model;
+    const source = isModelFile(model) ? await readModelFile(model, onStatus) : model;
     await prepareWorker();
     const engine = await createEngine({
       model: source,
       startWorker,
       onProgress: (p) => {
-        if (p.phase === 'download') onStatus(`Downloading ${(p.bytesDone / 1e6).toFixed(0)} / ${(p.bytesTotal / 1e6).toFixed(0)} MB`);
-        else if (p.phase === 'upload') onStatus(`Uploading weights ${p.tensorsDone} / ${p.tensorsTotal}`);
-        else {
-          document.body.dataset.modelFromCache = String(p.fromCache);
-          onStatus(`Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}`);
-        }
+        if (p.phase === 'ready') document.body.dataset.modelFromCache = String(p.fromCache);
+        onStatus(progressText(p));
       },
     });
     loaded = { model, engine };
@@ -148,13 +142,7 @@ const panel = new AgentPanel(document.getElementById('agent')!, {
     { id: 'scripted', label: 'Scripted replies (for demos and tests)', input: 'script', value: '[]' },
   ],
   async createModel(choice, input, onStatus) {
-    if (choice === 'scripted') {
-      const replies = JSON.parse(input) as unknown;
-      if (!Array.isArray(replies) || !replies.every((r) => typeof r === 'string')) {
-        throw new Error('scripted replies must be a JSON array of strings');
-      }
-      return scriptedModel(replies);
-    }
+    if (choice === 'scripted') return scriptedModelFromJson(input);
     const engine = await engineFor(input.trim(), onStatus);
     return engineModel(engine, await engine.info());
   },
