@@ -19,10 +19,10 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 import { startServer } from '../scripts/serve.mjs';
+import { launchBrowser } from './browser.mjs';
 
 const here = import.meta.dirname;
 const examples = resolve(here, '../../examples');
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const MODEL = process.env.LILYPAD_MODEL ? resolve(process.env.LILYPAD_MODEL) : undefined;
 const STEPS = Number(process.env.AGENT_E2E_STEPS ?? 2);
 const TOKENS = Number(process.env.AGENT_E2E_TOKENS ?? 8);
@@ -46,20 +46,8 @@ const romanCopy = join(work, 'roman');
 cpSync(join(examples, 'roman'), romanCopy, { recursive: true, filter: (s) => !s.includes('__pycache__') && !s.includes('.pytest_cache') });
 
 const server = await startServer({ models: MODEL ? dirname(MODEL) : work, dist: join(here, '../dist') });
-const profile = mkdtempSync(join(tmpdir(), 'lilypad-chromium-'));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: CHROMIUM,
-  headless: true,
-  acceptDownloads: true,
-  args: [
-    '--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  ],
-});
-const page = context.pages()[0] ?? (await context.newPage());
-const pageLog = [];
-page.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
-page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+const browser = await launchBrowser(chromium, { acceptDownloads: true });
+const { page, pageLog } = browser;
 
 const panelState = () => page.evaluate(() => document.getElementById('agent').dataset.state);
 async function openPage() {
@@ -247,8 +235,7 @@ try {
   throw e;
 } finally {
   if (process.env.AGENT_E2E_RESULTS) writeFileSync(process.env.AGENT_E2E_RESULTS, `${JSON.stringify(results, null, 2)}\n`);
-  await context.close();
+  await browser.close();
   await server.close();
-  rmSync(profile, { recursive: true, force: true });
   rmSync(work, { recursive: true, force: true });
 }

@@ -15,11 +15,11 @@ import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 import { startServer } from '../scripts/serve.mjs';
+import { launchBrowser } from './browser.mjs';
 
 const here = import.meta.dirname;
 const MODEL = resolve(process.env.LILYPAD_MODEL ?? join(here, '../../models/SmolLM2-135M-Instruct.Q4_1.gguf'));
 const BIN = process.env.LILYPAD_BIN;
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const PROMPT = '<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n';
 const MAX_TOKENS = 32;
 const LONG = 15 * 60_000;
@@ -68,19 +68,8 @@ const server = await startServer({
 const modelPath = `/models/${basename(MODEL)}`;
 const modelRequests = () => server.log.filter((e) => e.path === modelPath);
 
-const profile = mkdtempSync(join(tmpdir(), 'lilypad-chromium-'));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: CHROMIUM,
-  headless: true,
-  args: [
-    '--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  ],
-});
-const page = context.pages()[0] ?? (await context.newPage());
-const pageLog = [];
-page.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
-page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+const browser = await launchBrowser(chromium);
+const { page, pageLog } = browser;
 
 const state = () => page.evaluate(() => document.body.dataset.state);
 const errorShown = () =>
@@ -213,8 +202,7 @@ try {
   throw e;
 } finally {
   if (process.env.E2E_RESULTS) writeFileSync(process.env.E2E_RESULTS, `${JSON.stringify(results, null, 2)}\n`);
-  await context.close();
+  await browser.close();
   await server.close();
-  rmSync(profile, { recursive: true, force: true });
   rmSync(broken, { recursive: true, force: true });
 }

@@ -30,12 +30,12 @@ import { homedir, tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 import { startServer } from '../../scripts/serve.mjs';
+import { launchBrowser } from '../../test/browser.mjs';
 
 const here = import.meta.dirname;
 const examples = resolve(here, '../../../examples');
 const VSIX = resolve(here, '../lilypad.vsix');
 const CODE_SERVER = process.env.CODE_SERVER ?? 'code-server';
-const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const cache = process.env.LILYPAD_CACHE ?? join(homedir(), '.cache/lilypad');
 const PYTHON = process.env.PYTHON ?? (existsSync(join(cache, 'py-tests/bin/python')) ? join(cache, 'py-tests/bin/python') : 'python3');
 const PORT = Number(process.env.CODE_SERVER_PORT ?? 18000 + Math.floor(Math.random() * 1000));
@@ -116,23 +116,9 @@ const models = MODEL ? await startServer({ host: '127.0.0.2', models: dirname(MO
 const modelUrl = MODEL && `${models.url}/models/${basename(MODEL)}`;
 const modelBytesSent = () => models.log.filter((e) => e.path === `/models/${basename(MODEL)}` && e.method === 'GET').reduce((n, e) => n + e.bytes, 0);
 
-const profile = mkdtempSync(join(tmpdir(), 'lilypad-chromium-'));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: CHROMIUM,
-  headless: true,
-  viewport: { width: 1400, height: 900 },
-  args: [
-    '--enable-unsafe-webgpu', '--no-sandbox', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  ],
-});
-let page = context.pages()[0] ?? (await context.newPage());
-const pageLog = [];
-const listen = (p) => {
-  p.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
-  p.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
-};
-listen(page);
+const browser = await launchBrowser(chromium, { viewport: { width: 1400, height: 900 } });
+const { context, pageLog, listen } = browser;
+let { page } = browser;
 
 /** The frame holding the lilypad view (webviews sit two iframes deep). */
 async function viewFrame(timeout = 120_000) {
@@ -443,7 +429,7 @@ try {
   console.error(`screenshot: ${join(work, 'failure.png')}`);
   throw e;
 } finally {
-  await context.close();
+  await browser.close();
   server.kill();
   await models?.close();
 }
