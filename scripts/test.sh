@@ -17,3 +17,5 @@ export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1 LILYPAD_REQUIRE_PYTEST=1
 cargo test --workspace --all-targets "$@"
 # The browser: loader unit tests, then Chromium end to end against the native CLI.
 scripts/test-web.sh
+# The VS Code extension in code-server: the view, pending changes, the terminal, the native path.
+scripts/test-vscode.sh
