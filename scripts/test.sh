@@ -15,6 +15,11 @@ PATH="$(scripts/setup-python.sh):$PATH"
 export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1 LILYPAD_REQUIRE_PYTEST=1
 # --all-targets: no doc-test pass (there are none), so the log closes on real tests.
 cargo test --workspace --all-targets "$@"
+# Real-model agent runs on SwiftShader take about 10 minutes each: the default suite skips
+# them (0 steps), scripts/test-extended.sh runs them.
+if [[ "${LILYPAD_EXTENDED:-0}" != 1 ]]; then
+  export AGENT_E2E_STEPS=0 LILYPAD_E2E_STEPS=0
+fi
 # The browser: loader unit tests, then Chromium end to end against the native CLI.
 scripts/test-web.sh
 # The VS Code extension in code-server: the view, pending changes, the terminal, the native path.
