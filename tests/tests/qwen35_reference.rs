@@ -340,7 +340,7 @@ fn from_safetensors(quantize_to: Option<GgmlType>) -> Vec<u8> {
     let dir = qwen::fixture_dir(NAME);
     let config = std::fs::read(dir.join("config.json")).unwrap();
     let st = std::fs::read(dir.join("model.safetensors")).unwrap();
-    lilypad_engine::models::hf::to_gguf(&config, &[&st], quantize_to).unwrap()
+    lilypad_gguf::hf::to_gguf(&config, &[&st], quantize_to).unwrap()
 }
 
 /// The conversion reproduces llama.cpp's converter tensor by tensor: names, shapes, types,

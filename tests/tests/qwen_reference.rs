@@ -8,7 +8,7 @@
 //! max |Δ| / max(1, max |reference|).
 
 use lilypad_engine::{EngineError, LlamaConfig, Logits, SamplingParams};
-use lilypad_gguf::{GgmlType, GgufFile};
+use lilypad_gguf::{GgmlType, GgufError, GgufFile};
 use lilypad_tests::qwen::{self, Fixture};
 use lilypad_tokenizer::TextTokenizer;
 
@@ -152,7 +152,7 @@ fn from_safetensors(quantize_to: Option<GgmlType>) -> Vec<u8> {
     let dir = qwen::fixture_dir(NAME);
     let config = std::fs::read(dir.join("config.json")).unwrap();
     let st = std::fs::read(dir.join("model.safetensors")).unwrap();
-    lilypad_engine::models::hf::to_gguf(&config, &[&st], quantize_to).unwrap()
+    lilypad_gguf::hf::to_gguf(&config, &[&st], quantize_to).unwrap()
 }
 
 #[test]
@@ -239,20 +239,21 @@ fn bad_checkpoints_are_typed_errors() {
     let config = std::fs::read_to_string(dir.join("config.json")).unwrap();
     let st = std::fs::read(dir.join("model.safetensors")).unwrap();
     let convert = |config: &str, st: &[u8]| {
-        lilypad_engine::models::hf::to_gguf(config.as_bytes(), &[st], None).unwrap_err()
+        lilypad_gguf::hf::to_gguf(config.as_bytes(), &[st], None).unwrap_err()
     };
-    let llama = config.replace(r#""model_type": "qwen3""#, r#""model_type": "llama""#);
-    assert!(matches!(
-        convert(&llama, &st),
-        EngineError::UnsupportedArchitecture(_)
-    ));
+    let gemma = config.replace(r#""model_type": "qwen3""#, r#""model_type": "gemma3""#);
+    let err = convert(&gemma, &st);
+    assert!(
+        matches!(&err, GgufError::Checkpoint(m) if m.contains("gemma3")),
+        "{err}"
+    );
     let yarn = config.replace(r#""rope_type": "default""#, r#""rope_type": "yarn""#);
-    assert!(matches!(convert(&yarn, &st), EngineError::Checkpoint(_)));
-    assert!(matches!(convert("{", &st), EngineError::Checkpoint(_)));
+    assert!(matches!(convert(&yarn, &st), GgufError::Checkpoint(_)));
+    assert!(matches!(convert("{", &st), GgufError::Checkpoint(_)));
     for cut in [0, 7, 100, st.len() - 1] {
         assert!(matches!(
             convert(&config, &st[..cut]),
-            EngineError::Checkpoint(_)
+            GgufError::Checkpoint(_)
         ));
     }
 }

@@ -291,6 +291,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             let args = ModelArgs {
                 model: path.clone(),
                 sha256: None,
+                lora: None,
                 quantize: Default::default(),
                 context,
                 adapter,

@@ -63,7 +63,7 @@ pub fn convert(dir: &Path, quantize: Quantize) -> Result<Vec<u8>> {
         .map(|p| MmapSource::open(p).with_context(|| format!("opening {}", p.display())))
         .collect::<Result<Vec<_>>>()?;
     let bytes: Vec<&[u8]> = maps.iter().filter_map(|m| m.as_slice()).collect();
-    lilypad_engine::models::hf::to_gguf(&config, &bytes, quantize.ggml())
+    lilypad_gguf::hf::to_gguf(&config, &bytes, quantize.ggml())
         .with_context(|| format!("converting {}", dir.display()))
 }
 

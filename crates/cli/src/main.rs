@@ -4,6 +4,7 @@ mod agent_stdio;
 mod bench;
 mod checkpoint;
 mod download;
+mod lora;
 mod solve;
 mod synth;
 mod tokenize;
@@ -128,6 +129,10 @@ struct ModelArgs {
     /// Expected sha256 of a downloaded model.
     #[arg(long)]
     sha256: Option<String>,
+    /// A LoRA adapter folder in PEFT's format (adapter_config.json and
+    /// adapter_model.safetensors) trained on this model's Hugging Face checkpoint.
+    #[arg(long, value_name = "DIR")]
+    lora: Option<PathBuf>,
     /// Context length (KV cache positions).
     #[arg(long)]
     context: Option<u32>,
@@ -412,13 +417,27 @@ impl Loaded {
             context: args.context,
             ..Default::default()
         };
-        let model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |p| {
+        // The adapter is read and checked against the file before the upload starts.
+        let lora = args
+            .lora
+            .as_deref()
+            .map(|dir| lora::read(dir, &file))
+            .transpose()?;
+        let mut model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |p| {
             bar.set_length(p.total_bytes);
             bar.set_position(p.done_bytes);
             bar.set_message(p.tensor.clone());
             on_progress(&p);
         }))?;
         bar.finish_and_clear();
+        if let (Some(adapter), Some(dir)) = (&lora, &args.lora) {
+            model
+                .set_lora(Some(adapter))
+                .with_context(|| format!("applying the LoRA adapter {}", dir.display()))?;
+            if !args.quiet {
+                eprintln!("{}", lora::summary(dir, adapter));
+            }
+        }
         Ok(Self {
             model,
             tok,

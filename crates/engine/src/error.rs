@@ -43,8 +43,6 @@ pub enum EngineError {
         expected: Vec<u64>,
         got: Vec<u64>,
     },
-    #[error("Hugging Face checkpoint: {0}")]
-    Checkpoint(String),
     #[error("invalid model configuration: {0}")]
     Config(String),
     #[error(

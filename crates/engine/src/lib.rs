@@ -5,6 +5,7 @@
 pub mod error;
 pub mod gpu;
 pub mod kernels;
+pub mod linear;
 pub mod model;
 pub mod models;
 pub mod ops;

@@ -4,12 +4,13 @@
 
 use std::sync::Arc;
 
+use lilypad_gguf::peft::{LoraAdapter, LoraTensor};
 use lilypad_gguf::{ByteSource, GgufFile};
 
 use crate::error::{EngineError, Result, human_bytes};
 use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
-use crate::models::blocks::{Loader, check_tensors};
+use crate::models::blocks::{GraphIo, Loader, check_tensors};
 use crate::models::{Forward, ModelConfig};
 use crate::ops::{self, Step, matvec::PREFILL_TILE, sample::Sampler};
 use crate::state::{SequenceState, StateBuffer};
@@ -147,6 +148,8 @@ pub struct Model {
     head_all: Vec<Dispatch>,
     sampler: Sampler,
     arch: Box<dyn Forward>,
+    /// [max_batch, rank] for the LoRA adapters' A·x, sized for the largest padded rank set.
+    lora_scratch: Option<wgpu::Buffer>,
 }
 
 impl Model {
@@ -180,8 +183,7 @@ impl Model {
             step_one: ops::step_buffer(&ctx),
         };
         ops::write_step(&ctx, &io.step_one, Step::new(1, 0));
-        let decode_graph = arch.graph(&ctx, &io.ids, &io.step, 1)?;
-        let prefill_graph = arch.graph(&ctx, &io.ids, &io.step, PREFILL_TILE)?;
+        let [decode_graph, prefill_graph] = record_graphs(&ctx, arch.as_ref(), &io, None)?;
         let head = arch.lm_head();
         let head_last = ops::matvec::matvec(
             &ctx,
@@ -230,7 +232,73 @@ impl Model {
             head_all,
             sampler,
             arch,
+            lora_scratch: None,
         })
+    }
+
+    /// Puts a LoRA adapter on the model (`None` removes it): every linear it names adds
+    /// scale · B·(A·x) to its output from the next step on, every other linear has none.
+    /// An adapter whose padded ranks match the current one's is written into the existing
+    /// buffers (how a trainer updates it between steps); otherwise buffers are made and the
+    /// graphs recorded again. The cached sequence is forgotten: it was computed with other
+    /// weights. Checked whole before anything changes.
+    pub fn set_lora(&mut self, adapter: Option<&LoraAdapter>) -> Result<()> {
+        let tensors = adapter.map_or(&[][..], |a| &a.tensors[..]);
+        let linears = self.arch.linears_mut();
+        for t in tensors {
+            let Some(linear) = linears.iter().find(|l| l.name() == t.target) else {
+                return Err(EngineError::Config(format!(
+                    "the LoRA adapter targets {}, which is not a linear of this model's forward pass",
+                    t.target
+                )));
+            };
+            let (rows, cols) = (linear.weight.rows as usize, linear.weight.cols as usize);
+            if (t.n_out, t.n_in) != (rows, cols) {
+                return Err(EngineError::Config(format!(
+                    "the LoRA adapter's {} is [{} outputs, {} inputs], the model's weight [{rows}, {cols}]",
+                    t.target, t.n_out, t.n_in
+                )));
+            }
+        }
+        drop(linears);
+        self.tokens.clear();
+        let applied = self.apply_lora(tensors, adapter.map_or(1.0, |a| a.scale));
+        if applied.is_err() {
+            // Never leave some linears adapted and others not: back to the base model.
+            let _ = self.apply_lora(&[], 1.0);
+        }
+        applied
+    }
+
+    fn apply_lora(&mut self, tensors: &[LoraTensor], scale: f32) -> Result<()> {
+        let ctx = self.ctx.clone();
+        let mut rerecord = false;
+        let mut max_rank = 0;
+        for linear in self.arch.linears_mut() {
+            match tensors.iter().find(|t| t.target == linear.name()) {
+                Some(t) => rerecord |= linear.set_lora(&ctx, t, scale)?,
+                None => rerecord |= linear.clear_lora(),
+            }
+            max_rank = max_rank.max(linear.lora_rank().unwrap_or(0));
+        }
+        let needed = self.max_batch as u64 * max_rank as u64 * 4;
+        let scratch_size = self.lora_scratch.as_ref().map_or(0, |b| b.size());
+        if needed > scratch_size {
+            self.lora_scratch =
+                Some(ctx.storage_buffer("lora scratch", needed, wgpu::BufferUsages::empty())?);
+            rerecord = true;
+        } else if needed == 0 && self.lora_scratch.take().is_some() {
+            rerecord = true;
+        }
+        if rerecord {
+            [self.decode_graph, self.prefill_graph] = record_graphs(
+                &ctx,
+                self.arch.as_ref(),
+                &self.io,
+                self.lora_scratch.as_ref(),
+            )?;
+        }
+        ctx.check()
     }
 
     pub fn gpu(&self) -> &Arc<GpuContext> {
@@ -540,4 +608,23 @@ pub struct Generation {
     /// Prompt tokens evaluated now (the rest came from the cache).
     pub prompt_evaluated: usize,
     pub prompt_reused: usize,
+}
+
+/// The decode graph (tile 1) and the prefill graph.
+fn record_graphs(
+    ctx: &GpuContext,
+    arch: &dyn Forward,
+    io: &Io,
+    lora: Option<&wgpu::Buffer>,
+) -> Result<[Vec<Dispatch>; 2]> {
+    let graph = |tile| {
+        arch.graph(&GraphIo {
+            ctx,
+            ids: &io.ids,
+            step: &io.step,
+            tile,
+            lora,
+        })
+    };
+    Ok([graph(1)?, graph(PREFILL_TILE)?])
 }

@@ -60,6 +60,12 @@ pub enum GgufError {
         remaining: u64,
     },
 
+    #[error("Hugging Face checkpoint: {0}")]
+    Checkpoint(String),
+
+    #[error("LoRA adapter: {0}")]
+    Adapter(String),
+
     #[error("arrays nested deeper than {limit} levels")]
     NestingTooDeep { limit: usize },
 

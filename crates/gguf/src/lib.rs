@@ -1,5 +1,6 @@
 //! GGUF model files: a hardened reader over any byte source, tensor views, ggml block
-//! formats, CPU reference (de)quantization and a writer for test models.
+//! formats, CPU reference (de)quantization and a writer; Hugging Face checkpoints converted
+//! into GGUFs ([`hf`]) and PEFT LoRA adapters mapped onto them ([`peft`]).
 //!
 //! Everything a file says is untrusted: counts, lengths, shapes, type ids, offsets and
 //! alignment are checked against the file size and ggml's limits before they are used, so a
@@ -10,7 +11,9 @@
 //! Format authority: ggml's `gguf.cpp`, `ggml.h`, `ggml-common.h` and `ggml-quants.c`.
 
 mod error;
+pub mod hf;
 mod kquant;
+pub mod peft;
 mod quant;
 mod reader;
 mod source;

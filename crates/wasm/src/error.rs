@@ -53,8 +53,7 @@ impl From<EngineError> for WebError {
             }
             EngineError::MissingTensor(_)
             | EngineError::TensorShape { .. }
-            | EngineError::Config(_)
-            | EngineError::Checkpoint(_) => "corrupt-model",
+            | EngineError::Config(_) => "corrupt-model",
             EngineError::ContextFull { .. } => "context-full",
             EngineError::Sampling(_) | EngineError::BadToken { .. } => "bad-request",
             EngineError::Gguf(g) if read_failed(g) => "read-failed",

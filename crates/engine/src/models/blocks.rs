@@ -10,6 +10,7 @@ use lilypad_gguf::{ByteSource, GgmlType, GgufFile};
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
+use crate::linear::Linear;
 use crate::model::LoadProgress;
 use crate::ops::{self, rope::RopeMode};
 use crate::state::StateBuffer;
@@ -113,6 +114,11 @@ impl<'a> Loader<'a> {
         Ok(w)
     }
 
+    /// A linear projection's weight, without an adapter.
+    pub fn linear(&self, name: &str) -> Result<Linear> {
+        self.matrix(name).map(Linear::new)
+    }
+
     /// A norm weight, widened to f32.
     pub fn norm(&self, name: &str) -> Result<wgpu::Buffer> {
         let t = self
@@ -142,6 +148,16 @@ pub(crate) enum Write {
     Cache,
 }
 
+/// What the runtime hands an architecture to record a graph with: the step's token ids and
+/// uniform, the tile, and the LoRA scratch when adapters are set.
+pub(crate) struct GraphIo<'a> {
+    pub ctx: &'a GpuContext,
+    pub ids: &'a wgpu::Buffer,
+    pub step: &'a wgpu::Buffer,
+    pub tile: u32,
+    pub lora: Option<&'a wgpu::Buffer>,
+}
+
 /// Records one forward graph: the dispatches of a step of up to `max_batch` tokens, `tile`
 /// tokens per workgroup in the matrix products (1 for decode, `PREFILL_TILE` for prefill).
 pub(crate) struct Graph<'a> {
@@ -149,26 +165,26 @@ pub(crate) struct Graph<'a> {
     pub step: &'a wgpu::Buffer,
     pub tile: u32,
     pub max_batch: u32,
+    /// [max_batch, rank] for LoRA's A·x, when any linear has an adapter.
+    pub lora: Option<&'a wgpu::Buffer>,
     pub dispatches: Vec<Dispatch>,
 }
 
 impl<'a> Graph<'a> {
     /// A graph whose first dispatch looks up the step's token embeddings (`ids`) into `x`.
     pub fn embed(
-        ctx: &'a GpuContext,
-        step: &'a wgpu::Buffer,
-        tile: u32,
+        io: &GraphIo<'a>,
         max_batch: u32,
         embd: &GpuWeight,
-        ids: &wgpu::Buffer,
         x: &wgpu::Buffer,
     ) -> Result<Self> {
         Ok(Self {
-            ctx,
-            step,
-            tile,
+            ctx: io.ctx,
+            step: io.step,
+            tile: io.tile,
             max_batch,
-            dispatches: ops::get_rows::get_rows(ctx, embd, ids, x, max_batch, step)?,
+            lora: io.lora,
+            dispatches: ops::get_rows::get_rows(io.ctx, embd, io.ids, x, max_batch, io.step)?,
         })
     }
 
@@ -176,10 +192,11 @@ impl<'a> Graph<'a> {
         self.dispatches.push(d);
     }
 
-    /// y[t, ..stride] (+)= w · x[t] (see [`ops::matvec::matvec`]).
+    /// y[t, ..stride] (+)= W · x[t] + scale · B·(A·x[t]) (see [`ops::matvec::matvec`]): the
+    /// adapter's second product adds into whatever the weight's wrote.
     pub fn matvec(
         &mut self,
-        w: &GpuWeight,
+        linear: &Linear,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
         y_stride: u32,
@@ -187,7 +204,7 @@ impl<'a> Graph<'a> {
     ) -> Result<()> {
         self.dispatches.extend(ops::matvec::matvec(
             self.ctx,
-            w,
+            &linear.weight,
             x,
             y,
             y_stride,
@@ -196,6 +213,28 @@ impl<'a> Graph<'a> {
             write == Write::Add,
             write == Write::Cache,
         )?);
+        if let Some(lora) = &linear.lora {
+            let u = self.lora.ok_or_else(|| {
+                EngineError::Config(format!(
+                    "{} has a LoRA adapter but the graph has no LoRA scratch",
+                    linear.name()
+                ))
+            })?;
+            self.dispatches.extend(ops::matvec::matvec(
+                self.ctx, &lora.a, x, u, lora.rank, self.step, self.tile, false, false,
+            )?);
+            self.dispatches.extend(ops::matvec::matvec(
+                self.ctx,
+                &lora.b,
+                u,
+                y,
+                y_stride,
+                self.step,
+                self.tile,
+                true,
+                write == Write::Cache,
+            )?);
+        }
         Ok(())
     }
 
@@ -318,10 +357,10 @@ impl AttentionShape {
 /// Pre-norm causal self-attention with its KV cache: x += wo · attention(xn).
 pub(crate) struct Attention {
     norm: wgpu::Buffer,
-    wq: GpuWeight,
-    wk: GpuWeight,
-    wv: GpuWeight,
-    wo: GpuWeight,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
     /// Per-head norm weights of q and k.
     qk_norm: Option<(wgpu::Buffer, wgpu::Buffer)>,
     /// [context, n_kv, head_dim] each.
@@ -335,10 +374,10 @@ impl Attention {
         let cache = context as u64 * s.kv_dim() as u64;
         Ok(Self {
             norm: l.norm(&n("attn_norm"))?,
-            wq: l.matrix(&n("attn_q"))?,
-            wk: l.matrix(&n("attn_k"))?,
-            wv: l.matrix(&n("attn_v"))?,
-            wo: l.matrix(&n("attn_output"))?,
+            wq: l.linear(&n("attn_q"))?,
+            wk: l.linear(&n("attn_k"))?,
+            wv: l.linear(&n("attn_v"))?,
+            wo: l.linear(&n("attn_output"))?,
             qk_norm: if s.qk_norm {
                 Some((l.norm(&n("attn_q_norm"))?, l.norm(&n("attn_k_norm"))?))
             } else {
@@ -347,6 +386,10 @@ impl Attention {
             k_cache: l.f32s("k cache", cache)?,
             v_cache: l.f32s("v cache", cache)?,
         })
+    }
+
+    pub fn linears_mut(&mut self) -> [&mut Linear; 4] {
+        [&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo]
     }
 
     /// The K and V caches: one row of kv_dim values per position.
@@ -456,9 +499,9 @@ impl Attention {
 /// Pre-norm SwiGLU feed-forward: x += down · (silu(gate · xn) ⊙ (up · xn)).
 pub(crate) struct Mlp {
     norm: wgpu::Buffer,
-    gate: GpuWeight,
-    up: GpuWeight,
-    down: GpuWeight,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
 }
 
 impl Mlp {
@@ -479,14 +522,18 @@ impl Mlp {
         let n = |s: &str| format!("blk.{blk}.{s}.weight");
         Ok(Self {
             norm: l.norm(&n(norm))?,
-            gate: l.matrix(&n("ffn_gate"))?,
-            up: l.matrix(&n("ffn_up"))?,
-            down: l.matrix(&n("ffn_down"))?,
+            gate: l.linear(&n("ffn_gate"))?,
+            up: l.linear(&n("ffn_up"))?,
+            down: l.linear(&n("ffn_down"))?,
         })
     }
 
+    pub fn linears_mut(&mut self) -> [&mut Linear; 3] {
+        [&mut self.gate, &mut self.up, &mut self.down]
+    }
+
     pub fn record(&self, g: &mut Graph, n_embd: u32, eps: f32, a: &Scratch) -> Result<()> {
-        let f = self.gate.rows as u32;
+        let f = self.gate.weight.rows as u32;
         g.rms_norm(&a.x, &self.norm, &a.xn, n_embd, 1, eps)?;
         g.matvec(&self.gate, &a.xn, &a.ffn_gate, f, Write::Set)?;
         g.matvec(&self.up, &a.xn, &a.ffn_up, f, Write::Set)?;

@@ -14,10 +14,10 @@
 use lilypad_gguf::GgufFile;
 
 use super::Forward;
-use super::blocks::{Attention, AttentionShape, Graph, Loader, Mlp, Scratch};
+use super::blocks::{Attention, AttentionShape, Graph, GraphIo, Loader, Mlp, Scratch};
 use crate::error::{EngineError, Result};
-use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
+use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::ops::{self, rope::RopeMode};
 use crate::state::StateBuffer;
@@ -229,15 +229,9 @@ impl Llama {
 }
 
 impl Forward for Llama {
-    fn graph(
-        &self,
-        ctx: &GpuContext,
-        ids: &wgpu::Buffer,
-        step: &wgpu::Buffer,
-        tile: u32,
-    ) -> Result<Vec<Dispatch>> {
+    fn graph(&self, io: &GraphIo) -> Result<Vec<Dispatch>> {
         let (a, s) = (&self.attention, &self.scratch);
-        let mut g = Graph::embed(ctx, step, tile, self.max_batch, &self.embd, ids, &s.x)?;
+        let mut g = Graph::embed(io, self.max_batch, &self.embd, &s.x)?;
         for (attention, mlp) in &self.layers {
             attention.record(&mut g, a, s, &self.freqs)?;
             mlp.record(&mut g, a.n_embd, a.eps, s)?;
@@ -252,6 +246,17 @@ impl Forward for Llama {
 
     fn lm_head(&self) -> &GpuWeight {
         self.output.as_ref().unwrap_or(&self.embd)
+    }
+
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        self.layers
+            .iter_mut()
+            .flat_map(|(attention, mlp)| {
+                let [q, k, v, o] = attention.linears_mut();
+                let [gate, up, down] = mlp.linears_mut();
+                [q, k, v, o, gate, up, down]
+            })
+            .collect()
     }
 
     fn state(&self) -> Vec<Vec<StateBuffer>> {

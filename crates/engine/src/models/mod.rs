@@ -5,7 +5,6 @@
 //! architecture.
 
 pub(crate) mod blocks;
-pub mod hf;
 pub mod llama;
 pub mod qwen35;
 
@@ -15,8 +14,8 @@ pub use qwen35::Qwen35Config;
 use lilypad_gguf::GgufFile;
 
 use crate::error::{EngineError, Result};
-use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
+use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::state::StateBuffer;
 use crate::weights::GpuWeight;
@@ -30,21 +29,18 @@ pub fn supported_architectures() -> Vec<&'static str> {
 
 /// What an architecture provides to the runtime.
 pub(crate) trait Forward: wgpu::WasmNotSendSync {
-    /// The dispatches taking the step's token ids (`ids`) to the final normalised hidden
-    /// states [T, n_embd] in [`Forward::hidden`]; `tile` tokens per workgroup in the matrix
-    /// products (1 for decode, `PREFILL_TILE` for prefill).
-    fn graph(
-        &self,
-        ctx: &GpuContext,
-        ids: &wgpu::Buffer,
-        step: &wgpu::Buffer,
-        tile: u32,
-    ) -> Result<Vec<Dispatch>>;
+    /// The dispatches taking the step's token ids (`io.ids`) to the final normalised hidden
+    /// states [T, n_embd] in [`Forward::hidden`]; `io.tile` tokens per workgroup in the
+    /// matrix products (1 for decode, `PREFILL_TILE` for prefill).
+    fn graph(&self, io: &blocks::GraphIo) -> Result<Vec<Dispatch>>;
 
     fn hidden(&self) -> &wgpu::Buffer;
 
     /// The [vocab, n_embd] output projection.
     fn lm_head(&self) -> &GpuWeight;
+
+    /// Every linear projection of the forward pass (the ones a LoRA adapter can target).
+    fn linears_mut(&mut self) -> Vec<&mut Linear>;
 
     /// Per layer, the buffers holding one sequence's state.
     fn state(&self) -> Vec<Vec<StateBuffer>>;

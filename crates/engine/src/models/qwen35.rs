@@ -19,10 +19,10 @@
 use lilypad_gguf::GgufFile;
 
 use super::Forward;
-use super::blocks::{Attention, AttentionShape, Graph, Loader, Mlp, Scratch, Write};
+use super::blocks::{Attention, AttentionShape, Graph, GraphIo, Loader, Mlp, Scratch, Write};
 use crate::error::{EngineError, Result};
-use crate::gpu::GpuContext;
 use crate::kernels::Dispatch;
+use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::ops::{
     self,
@@ -328,17 +328,17 @@ impl DeltaScratch {
 /// A pre-norm Gated DeltaNet block: x += ssm_out · gated_norm(delta_rule(conv(qkv · xn))).
 struct DeltaNet {
     norm: wgpu::Buffer,
-    qkv: GpuWeight,
-    z: GpuWeight,
-    beta: GpuWeight,
-    alpha: GpuWeight,
+    qkv: Linear,
+    z: Linear,
+    beta: Linear,
+    alpha: Linear,
     /// f32 [channels, kernel].
     conv: wgpu::Buffer,
     /// −exp(A_log) and the decay's bias, per value head.
     a: wgpu::Buffer,
     dt_bias: wgpu::Buffer,
     out_norm: wgpu::Buffer,
-    out: GpuWeight,
+    out: Linear,
     /// [kernel − 1, channels]: the conv's last inputs.
     conv_state: wgpu::Buffer,
     /// [n_v, d_k, d_v]: the delta rule's state.
@@ -367,19 +367,29 @@ impl DeltaNet {
         let n = |s: &str| format!("blk.{blk}.{s}");
         Ok(Self {
             norm: l.norm(&n("attn_norm.weight"))?,
-            qkv: l.matrix(&n("attn_qkv.weight"))?,
-            z: l.matrix(&n("attn_gate.weight"))?,
-            beta: l.matrix(&n("ssm_beta.weight"))?,
-            alpha: l.matrix(&n("ssm_alpha.weight"))?,
+            qkv: l.linear(&n("attn_qkv.weight"))?,
+            z: l.linear(&n("attn_gate.weight"))?,
+            beta: l.linear(&n("ssm_beta.weight"))?,
+            alpha: l.linear(&n("ssm_alpha.weight"))?,
             // Small per-channel parameters: widened to f32 like norm weights.
             conv: l.norm(&n("ssm_conv1d.weight"))?,
             a: l.norm(&n("ssm_a"))?,
             dt_bias: l.norm(&n("ssm_dt.bias"))?,
             out_norm: l.norm(&n("ssm_norm.weight"))?,
-            out: l.matrix(&n("ssm_out.weight"))?,
+            out: l.linear(&n("ssm_out.weight"))?,
             conv_state: l.f32s("conv state", cfg.conv_state_len())?,
             state: l.f32s("delta state", cfg.delta.state_len())?,
         })
+    }
+
+    fn linears_mut(&mut self) -> [&mut Linear; 5] {
+        [
+            &mut self.qkv,
+            &mut self.z,
+            &mut self.beta,
+            &mut self.alpha,
+            &mut self.out,
+        ]
     }
 
     /// Both buffers are fixed-size state, copied whole by snapshots and zeroed for a new
@@ -572,15 +582,9 @@ impl Qwen35 {
 }
 
 impl Forward for Qwen35 {
-    fn graph(
-        &self,
-        ctx: &GpuContext,
-        ids: &wgpu::Buffer,
-        step: &wgpu::Buffer,
-        tile: u32,
-    ) -> Result<Vec<Dispatch>> {
+    fn graph(&self, io: &GraphIo) -> Result<Vec<Dispatch>> {
         let (a, s) = (&self.attention, &self.scratch);
-        let mut g = Graph::embed(ctx, step, tile, self.max_batch, &self.embd, ids, &s.x)?;
+        let mut g = Graph::embed(io, self.max_batch, &self.embd, &s.x)?;
         for (mixer, mlp) in &self.layers {
             match mixer {
                 Mixer::Attention(attention) => attention.record(&mut g, a, s, &self.freqs)?,
@@ -600,6 +604,19 @@ impl Forward for Qwen35 {
 
     fn lm_head(&self) -> &GpuWeight {
         self.output.as_ref().unwrap_or(&self.embd)
+    }
+
+    /// The main layers' linears (the multi-token-prediction layers take no adapter).
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = Vec::new();
+        for (mixer, mlp) in &mut self.layers {
+            match mixer {
+                Mixer::Attention(attention) => v.extend(attention.linears_mut()),
+                Mixer::DeltaNet(delta) => v.extend(delta.linears_mut()),
+            }
+            v.extend(mlp.linears_mut());
+        }
+        v
     }
 
     fn state(&self) -> Vec<Vec<StateBuffer>> {

@@ -3,20 +3,23 @@
 //! matrices to one of the engine's formats on the way. Tensor names, metadata keys and layouts
 //! follow llama.cpp's `convert_hf_to_gguf.py`, so both routes load the same tensors.
 //!
-//! Architectures: `qwen3`, whose GGUF keeps the checkpoint's layout, and Qwen3.5 text models
-//! (`qwen3_5_text`, or the text part of a `qwen3_5` checkpoint), whose GGUF differs in three
-//! ways the conversion reproduces (tests/fixtures/qwen/README.md, "Layout rules"): zero-centred
-//! norm weights are stored as 1 + w, `A_log` as −exp(A_log), and DeltaNet value heads move
-//! from grouped to tiled order. A Qwen3.5 checkpoint's vision tower and multi-token-prediction
-//! weights are not converted. (llama-arch GGUFs permute the Q/K rows, which a llama checkpoint
-//! would need first: not supported.) The GGUF is built in memory: loading briefly holds the
-//! converted weights twice.
+//! Architectures: `llama`, whose GGUF permutes the rows of q_proj and k_proj within each
+//! head (the converter's `permute`, so that RoPE rotates adjacent pairs); `qwen3`, whose GGUF
+//! keeps the checkpoint's layout; and Qwen3.5 text models (`qwen3_5_text`, or the text part
+//! of a `qwen3_5` checkpoint), whose GGUF differs in three ways the conversion reproduces
+//! (tests/fixtures/qwen/README.md, "Layout rules"): zero-centred norm weights are stored as
+//! 1 + w, `A_log` as −exp(A_log), and DeltaNet value heads move from grouped to tiled order.
+//! A Qwen3.5 checkpoint's vision tower and multi-token-prediction weights are not converted.
+//! The GGUF is built in memory: loading briefly holds the converted weights twice.
+//!
+//! The same layout rules apply to LoRA adapters trained on the checkpoint ([`crate::peft`]):
+//! [`Layout`] moves a linear's output rows and input columns as the conversion moves its
+//! weight's.
 
-use lilypad_gguf::{GgmlType, GgufWriter, Value, dequantize, quantize};
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
-use crate::error::{EngineError, Result};
+use crate::{GgmlType, GgufError, GgufWriter, Result, Value, dequantize, quantize};
 
 /// The `config.json` fields the conversion reads.
 #[derive(Deserialize)]
@@ -56,18 +59,18 @@ struct RopeParameters {
     mrope_section: Option<Vec<u32>>,
 }
 
-fn bad(detail: impl std::fmt::Display) -> EngineError {
-    EngineError::Checkpoint(detail.to_string())
+fn bad(detail: impl std::fmt::Display) -> GgufError {
+    GgufError::Checkpoint(detail.to_string())
 }
 
 /// Qwen3.5's DeltaNet head layout.
-#[derive(Clone, Copy, Debug)]
-struct LinearHeads {
-    n_k: usize,
-    n_v: usize,
-    d_k: usize,
-    d_v: usize,
-    kernel: u32,
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct LinearHeads {
+    pub n_k: usize,
+    pub n_v: usize,
+    pub d_k: usize,
+    pub d_v: usize,
+    pub kernel: u32,
 }
 
 impl LinearHeads {
@@ -95,7 +98,7 @@ impl LinearHeads {
 
     /// Moves value heads from grouped order (key head k owns heads k·r … k·r + r − 1) to
     /// tiled order (slot j·n_k + k holds head k·r + j) in `data`, n_v units of equal size.
-    fn tile(&self, data: &[u8]) -> Result<Vec<u8>> {
+    pub(crate) fn tile(&self, data: &[u8]) -> Result<Vec<u8>> {
         if !data.len().is_multiple_of(self.n_v) {
             return Err(bad("a DeltaNet tensor does not split into value heads"));
         }
@@ -113,7 +116,13 @@ impl LinearHeads {
 }
 
 /// Which conversion rules apply.
-enum Arch {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Arch {
+    /// Query and KV head counts, for the Q/K row permutation.
+    Llama {
+        n_head: usize,
+        n_kv: usize,
+    },
     Qwen3,
     Qwen35(LinearHeads),
 }
@@ -121,15 +130,44 @@ enum Arch {
 impl Arch {
     fn gguf(&self) -> &'static str {
         match self {
+            Arch::Llama { .. } => "llama",
             Arch::Qwen3 => "qwen3",
             Arch::Qwen35(_) => "qwen35",
         }
     }
 }
 
+/// Moves the rows of a llama q_proj or k_proj (`heads` heads of row-major rows of
+/// `row_bytes` bytes) as llama.cpp's converter does: within each head, the row of pair
+/// element `half` ∈ {0, 1} at offset i moves from `half · d/2 + i` to `2i + half`, so RoPE
+/// rotates adjacent rows.
+pub(crate) fn llama_permute_rows(data: &[u8], heads: usize, row_bytes: usize) -> Result<Vec<u8>> {
+    let rows = data.len() / row_bytes.max(1);
+    if heads == 0
+        || row_bytes == 0
+        || !data.len().is_multiple_of(row_bytes)
+        || !rows.is_multiple_of(2 * heads)
+    {
+        return Err(bad(format!(
+            "{rows} rows of a query/key projection do not split into {heads} heads of pairs"
+        )));
+    }
+    let d = rows / heads;
+    let mut out = Vec::with_capacity(data.len());
+    for h in 0..heads {
+        for i in 0..d / 2 {
+            for half in 0..2 {
+                let src = h * d + half * (d / 2) + i;
+                out.extend_from_slice(&data[src * row_bytes..][..row_bytes]);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The GGUF name of a checkpoint tensor (names as in a text-only checkpoint), or None when
 /// it is not part of the model.
-fn gguf_name(hf: &str, qwen35: bool) -> Option<String> {
+pub(crate) fn gguf_name(hf: &str, qwen35: bool) -> Option<String> {
     let fixed = match hf {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
@@ -250,12 +288,118 @@ fn qwen35_layout(gguf: &str, t: Tensor, h: &LinearHeads) -> Result<Tensor> {
 
 /// The GGUF name after dropping a multimodal checkpoint's `model.language_model.` prefix, or
 /// None for tensors of other parts (vision tower, multi-token prediction).
-fn text_model_name(name: &str) -> Option<std::borrow::Cow<'_, str>> {
+pub(crate) fn text_model_name(name: &str) -> Option<std::borrow::Cow<'_, str>> {
     if let Some(rest) = name.strip_prefix("model.language_model.") {
         return Some(format!("model.{rest}").into());
     }
     let skipped = ["model.visual.", "visual.", "mtp.", "model.mtp."];
     (!skipped.iter().any(|p| name.starts_with(p))).then_some(name.into())
+}
+
+/// Reads `config.json` (a multimodal Qwen3.5 checkpoint's `text_config` stands for it).
+fn parse_config(config_json: &[u8]) -> Result<HfConfig> {
+    let mut json: serde_json::Value =
+        serde_json::from_slice(config_json).map_err(|e| bad(format!("config.json: {e}")))?;
+    if json["model_type"] == "qwen3_5"
+        && let Some(text) = json.get_mut("text_config")
+    {
+        let mut text = text.take();
+        if text.get("tie_word_embeddings").is_none() {
+            text["tie_word_embeddings"] = json["tie_word_embeddings"].clone();
+        }
+        json = text;
+    }
+    serde_json::from_value(json).map_err(|e| bad(format!("config.json: {e}")))
+}
+
+impl HfConfig {
+    fn arch(&self) -> Result<Arch> {
+        Ok(match self.model_type.as_str() {
+            "llama" => Arch::Llama {
+                n_head: self.num_attention_heads as usize,
+                n_kv: self.num_key_value_heads.unwrap_or(self.num_attention_heads) as usize,
+            },
+            "qwen3" => Arch::Qwen3,
+            "qwen3_5_text" | "qwen3_5" => Arch::Qwen35(LinearHeads::from_config(self)?),
+            other => {
+                return Err(bad(format!(
+                    "model type {other:?} is not supported (llama, qwen3, qwen3_5_text, qwen3_5)"
+                )));
+            }
+        })
+    }
+}
+
+/// Where a linear's output rows and input columns go when its weight is converted: what a
+/// LoRA adapter's B (rows) and A (columns) need so that they add onto the converted weight.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    arch: Arch,
+}
+
+impl Layout {
+    pub(crate) fn new(arch: Arch) -> Self {
+        Self { arch }
+    }
+
+    /// Heads whose rows llama's converter permutes in the weight named `gguf`, if any.
+    fn llama_heads(&self, gguf: &str) -> Option<usize> {
+        let Arch::Llama { n_head, n_kv } = self.arch else {
+            return None;
+        };
+        if gguf.ends_with(".attn_q.weight") {
+            Some(n_head)
+        } else if gguf.ends_with(".attn_k.weight") {
+            Some(n_kv)
+        } else {
+            None
+        }
+    }
+
+    /// `data`, row-major rows of `row_bytes` bytes, one per output of the linear `gguf`,
+    /// reordered as the conversion reorders that weight's rows.
+    pub(crate) fn output_rows(&self, gguf: &str, data: &[u8], row_bytes: usize) -> Result<Vec<u8>> {
+        if let Some(heads) = self.llama_heads(gguf) {
+            return llama_permute_rows(data, heads, row_bytes);
+        }
+        let Arch::Qwen35(h) = &self.arch else {
+            return Ok(data.to_vec());
+        };
+        if gguf.ends_with("attn_qkv.weight") {
+            let split = (2 * h.n_k * h.d_k * row_bytes).min(data.len());
+            let mut out = data[..split].to_vec();
+            out.extend(h.tile(&data[split..])?);
+            Ok(out)
+        } else if ["attn_gate.weight", "ssm_alpha.weight", "ssm_beta.weight"]
+            .iter()
+            .any(|n| gguf.ends_with(n))
+        {
+            h.tile(data)
+        } else {
+            Ok(data.to_vec())
+        }
+    }
+
+    /// `data`, row-major rows of `row_bytes` bytes each holding one value per input of the
+    /// linear `gguf`, with each row's values reordered as the conversion reorders that
+    /// weight's columns.
+    pub(crate) fn input_columns(
+        &self,
+        gguf: &str,
+        data: &[u8],
+        row_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        match &self.arch {
+            Arch::Qwen35(h) if gguf.ends_with("ssm_out.weight") => {
+                let mut out = Vec::with_capacity(data.len());
+                for row in data.chunks_exact(row_bytes.max(1)) {
+                    out.extend(h.tile(row)?);
+                }
+                Ok(out)
+            }
+            _ => Ok(data.to_vec()),
+        }
+    }
 }
 
 /// Builds a GGUF from `config.json` and the checkpoint's safetensors shards. With
@@ -266,36 +410,14 @@ pub fn to_gguf(
     shards: &[&[u8]],
     quantize_to: Option<GgmlType>,
 ) -> Result<Vec<u8>> {
-    let mut json: serde_json::Value =
-        serde_json::from_slice(config_json).map_err(|e| bad(format!("config.json: {e}")))?;
-    // A multimodal Qwen3.5 checkpoint nests the language model's config.
-    if json["model_type"] == "qwen3_5"
-        && let Some(text) = json.get_mut("text_config")
-    {
-        let mut text = text.take();
-        if text.get("tie_word_embeddings").is_none() {
-            text["tie_word_embeddings"] = json["tie_word_embeddings"].clone();
-        }
-        json = text;
-    }
-    let cfg: HfConfig =
-        serde_json::from_value(json).map_err(|e| bad(format!("config.json: {e}")))?;
-    let arch = match cfg.model_type.as_str() {
-        "qwen3" => Arch::Qwen3,
-        "qwen3_5_text" | "qwen3_5" => Arch::Qwen35(LinearHeads::from_config(&cfg)?),
-        other => {
-            return Err(EngineError::UnsupportedArchitecture(format!(
-                "{other} (from a Hugging Face checkpoint)"
-            )));
-        }
-    };
+    let cfg = parse_config(config_json)?;
+    let arch = cfg.arch()?;
     if let Some(q) = quantize_to
-        && !(crate::weights::supported(q) && lilypad_gguf::can_convert(q))
+        && !crate::can_convert(q)
     {
-        return Err(EngineError::UnsupportedType {
-            tensor: "(quantization target)".into(),
-            ty: q.name(),
-            context: "conversion on load",
+        return Err(GgufError::UnsupportedType {
+            ty: q,
+            op: "conversion of a checkpoint",
         });
     }
     let rope = cfg.rope_parameters.as_ref().or(cfg.rope_scaling.as_ref());
@@ -403,8 +525,14 @@ pub fn to_gguf(
                 ty,
                 data: view.data().to_vec(),
             };
-            if let Arch::Qwen35(h) = &arch {
-                t = qwen35_layout(&gguf, t, h)?;
+            match &arch {
+                Arch::Qwen35(h) => t = qwen35_layout(&gguf, t, h)?,
+                Arch::Llama { .. } => {
+                    if let Some(heads) = Layout::new(arch).llama_heads(&gguf) {
+                        t.data = llama_permute_rows(&t.data, heads, t.row_bytes())?;
+                    }
+                }
+                Arch::Qwen3 => {}
             }
             let (ty, bytes) = match quantize_to {
                 Some(q)
