@@ -1,6 +1,7 @@
 // Causal grouped-query attention over a KV cache, one workgroup per (query head, token).
 // q: [T, n_head, head_dim]; k, v: the layer's cache [ctx, n_kv, head_dim]; out like q.
-// Token t sits at position pos0 + t and sees cache positions 0 ..= pos0 + t.
+// Token t at position pos, whose own K/V went to cache row r, sees its sequence's rows
+// r − pos ..= r (Step.tok): a step may hold one token each of several sequences.
 // Positions are visited in chunks of WG with an online softmax (running max and sum), so
 // no score buffer is needed and the context length is bounded only by the cache.
 // Macros: WG (chunk size and threads), MAX_D = ceil(head_dim / WG) accumulators per thread;
@@ -93,9 +94,20 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     // Lanes past the last token repeat it (all lanes take part in the shuffles) and store nothing.
     let t_last = min(t0 + LANES, step.n_tokens) - 1u;
     let t = min(t0 + tid, t_last);
-    let n_pos = step.pos0 + t + 1u;
-    // The workgroup walks the positions its last token sees: the same loop for every lane.
-    let n_pos_all = step.pos0 + t_last + 1u;
+    let n_pos = step.tok[t].x + 1u;
+    // This token's sequence starts at cache row `first`.
+    let first = step.tok[t].y - step.tok[t].x;
+    // The workgroup walks the positions its farthest-seeing token sees: the same loop for
+    // every lane. Lanes share K/V rows only when they all read one sequence.
+    var n_pos_all = 0u;
+    var one_sequence = true;
+    for (var j = t0; j <= t_last; j++) {
+        n_pos_all = max(n_pos_all, step.tok[j].x + 1u);
+        one_sequence = one_sequence && step.tok[j].y - step.tok[j].x == step.tok[t0].y - step.tok[t0].x;
+    }
+    shared_rows = shared_rows && one_sequence;
+    // Shared rows: the last position any lane needs; otherwise this lane's own last.
+    let last_pos = select(n_pos, n_pos_all, shared_rows) - 1u;
     let kv_head = head / (p.n_head / p.n_kv);
     let q_base = (t * p.n_head + head) * HD4;
     var qv: Row;
@@ -109,8 +121,8 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         var s: array<f32, CHUNK>;
         var m_new = m;
         for (var j = 0u; j < CHUNK; j++) {
-            let pos = min(c0 + j, n_pos_all - 1u);
-            let kr = kv_row(0u, (pos * p.n_kv + kv_head) * HD4);
+            let row = first + min(c0 + j, last_pos);
+            let kr = kv_row(0u, (row * p.n_kv + kv_head) * HD4);
             var d = vec4<f32>(0.0);
             for (var i = 0u; i < HD4; i++) {
                 d += qv[i] * kr[i];
@@ -126,10 +138,10 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             acc[i] *= corr;
         }
         for (var j = 0u; j < CHUNK; j++) {
-            let pos = min(c0 + j, n_pos_all - 1u);
+            let row = first + min(c0 + j, last_pos);
             let pr = select(0.0, exp(s[j] - m_new), c0 + j < n_pos);
             l += pr;
-            let vr = kv_row(1u, (pos * p.n_kv + kv_head) * HD4);
+            let vr = kv_row(1u, (row * p.n_kv + kv_head) * HD4);
             for (var i = 0u; i < HD4; i++) {
                 acc[i] += pr * vr[i];
             }
@@ -165,7 +177,10 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     let kv_head = head / (p.n_head / p.n_kv);
     let kv_stride = p.n_kv * hd;
     let q_base = (t * p.n_head + head) * hd;
-    let n_pos = select(0u, step.pos0 + t + 1u, live);
+    let info = step.tok[min(t, 511u)];
+    let n_pos = select(0u, info.x + 1u, live);
+    // This token's sequence starts at cache row `first`.
+    let first = info.y - info.x;
 
     for (var d = tid; d < hd; d += WG) {
         q_sh[d] = select(0.0, q[q_base + d], live);
@@ -179,7 +194,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         let pos = c0 + tid;
         var s = NEG_BIG;
         if pos < n_pos {
-            let kb = pos * kv_stride + kv_head * hd;
+            let kb = (first + pos) * kv_stride + kv_head * hd;
             var dotv = 0.0;
             for (var d = 0u; d < hd; d++) {
                 dotv += q_sh[d] * k[kb + d];
@@ -209,7 +224,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             if d < hd {
                 var a = acc[i] * corr;
                 for (var j = 0u; j < n_here; j++) {
-                    a += probs[j] * v[(c0 + j) * kv_stride + kv_head * hd + d];
+                    a += probs[j] * v[(first + c0 + j) * kv_stride + kv_head * hd + d];
                 }
                 acc[i] = a;
             }

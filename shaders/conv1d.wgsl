@@ -1,7 +1,8 @@
 // Causal depthwise conv1d over time with a rolling state, then SiLU (Qwen3.5's DeltaNet input).
 // x: [T, C] this step's inputs; w: [C, K], tap K - 1 multiplies the current token;
-// state: [K - 1, C] the inputs of the K - 1 tokens before this step (row 0 the oldest; zero at
-// the start of a sequence), updated in place to the step's last K - 1 inputs; y = silu(conv).
+// state: [slots, K - 1, C], per sequence slot the inputs of the K - 1 tokens before this step
+// (row 0 the oldest; zero at the start of a sequence), updated in place to the last K - 1
+// inputs; token t uses its sequence's slot (Step.tok[t].z); y = silu(conv).
 // One thread per channel walks the step's tokens in order: each thread touches only its own
 // channel of the state, and a batch does exactly the arithmetic of token-by-token calls.
 // Macros: WG, N_TAPS (K).
@@ -33,10 +34,22 @@ fn conv1d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     for (var j = 0u; j < N_TAPS; j++) {
         taps[j] = w[c * N_TAPS + j];
     }
+    let slot_len = (N_TAPS - 1u) * n_ch;
+    var slot = step.tok[0].z;
     for (var j = 0u; j + 1u < N_TAPS; j++) {
-        win[j] = state[j * n_ch + c];
+        win[j] = state[slot * slot_len + j * n_ch + c];
     }
     for (var t = 0u; t < step.n_tokens; t++) {
+        // A token of another sequence (batched decode): swap the window.
+        if step.tok[t].z != slot {
+            for (var j = 0u; j + 1u < N_TAPS; j++) {
+                state[slot * slot_len + j * n_ch + c] = win[j];
+            }
+            slot = step.tok[t].z;
+            for (var j = 0u; j + 1u < N_TAPS; j++) {
+                win[j] = state[slot * slot_len + j * n_ch + c];
+            }
+        }
         win[N_TAPS - 1u] = x[t * n_ch + c];
         var acc = 0.0;
         for (var j = 0u; j < N_TAPS; j++) {
@@ -48,6 +61,6 @@ fn conv1d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         }
     }
     for (var j = 0u; j + 1u < N_TAPS; j++) {
-        state[j * n_ch + c] = win[j];
+        state[slot * slot_len + j * n_ch + c] = win[j];
     }
 }

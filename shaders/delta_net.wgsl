@@ -4,7 +4,8 @@
 //     γ = exp(softplus(alpha + dt_bias) · a);  β = sigmoid(beta_in)  (a = ssm_a = −exp(A_log))
 //     S = γ S;  δ = (v − Sᵀ k̂) β;  S = S + k̂ ⊗ δ;  o = Sᵀ q̂
 // qkv: [T, 2·n_k·d_k + n_v·d_v], the conv output (q heads, k heads, v heads);
-// alpha, beta_in: [T, n_v]; a, dt_bias: [n_v]; state: [n_v, d_k, d_v]; out: [T, n_v, d_v].
+// alpha, beta_in: [T, n_v]; a, dt_bias: [n_v]; state: [slots, n_v, d_k, d_v], token t using its
+// sequence's slot (Step.tok[t].z); out: [T, n_v, d_v].
 //
 // delta_net: the recurrence token by token (decode, and prefill of any length). One workgroup
 //   per (value head, block of COLS state columns); each thread keeps MAX_R rows of one column in
@@ -90,8 +91,11 @@ fn lane(wid: vec3<u32>, tid: u32) -> Lane {
     return Lane(wid.x, wid.x % p.n_k, tid % COLS, tid / COLS, col, col < p.d_v);
 }
 
+// The state slot of the sequence being processed.
+var<private> slot: u32;
+
 fn state_at(l: Lane, row: u32) -> u32 {
-    return (l.s * p.d_k + row) * p.d_v + l.col;
+    return ((slot * p.n_v + l.s) * p.d_k + row) * p.d_v + l.col;
 }
 
 fn load_state(l: Lane, row: u32) -> f32 {
@@ -110,6 +114,7 @@ var<workgroup> nrm: array<vec4<f32>, 2 * SPLIT>;  // partial (q·q, k·k, q·k)
 @compute @workgroup_size(WG)
 fn delta_net(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let l = lane(wid, tid);
+    slot = step.tok[0].z;
     // Rows part, part + SPLIT, … of column col.
     var sr: array<f32, MAX_R>;
     for (var r = 0u; r < MAX_R; r++) {
@@ -118,6 +123,14 @@ fn delta_net(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     // Shared arrays alternate by token parity, so one token's reads never race the next
     // token's writes: two barriers per token.
     for (var t = 0u; t < step.n_tokens; t++) {
+        // A token of another sequence (batched decode): put this one's state back, take its.
+        if step.tok[t].z != slot {
+            store_rows(l, sr);
+            slot = step.tok[t].z;
+            for (var r = 0u; r < MAX_R; r++) {
+                sr[r] = load_state(l, l.part + r * SPLIT);
+            }
+        }
         let par = t & 1u;
         for (var i = tid; i < p.d_k; i += WG) {
             qk_sh[par * MAX_DK + i] = vec2<f32>(qkv[q_at(t, l.kh) + i], qkv[k_at(t, l.kh) + i]);
@@ -162,6 +175,10 @@ fn delta_net(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             }
         }
     }
+    store_rows(l, sr);
+}
+
+fn store_rows(l: Lane, sr: array<f32, MAX_R>) {
     for (var r = 0u; r < MAX_R; r++) {
         let i = l.part + r * SPLIT;
         if l.live && i < p.d_k {
@@ -328,6 +345,8 @@ var<workgroup> d_sh: array<f32, CHUNK * COLS>;  // Δ of the current chunk
 fn delta_chunk_scan(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(local_invocation_index) tid: u32) {
     let l = lane(wid, tid);
+    // A chunked step holds one sequence.
+    slot = step.tok[0].z;
     for (var k = l.part; k < p.d_k; k += SPLIT) {
         s_sh[k * COLS + l.cl] = load_state(l, k);
     }

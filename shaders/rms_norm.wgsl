@@ -1,6 +1,6 @@
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for every row r of n values.
 // Rows are (token, group): group > 1 normalises each head separately (per-head QK norm).
-// y_pos_rows = 1: y is a KV cache and token t writes row pos0 + t (Qwen3's K norm lands in it).
+// y_pos_rows = 1: y is a KV cache and token t writes its cache row (Qwen3's K norm lands in it).
 // GATED: y[r] *= silu(z[r]) (Qwen3.5's DeltaNet output norm, per value head).
 // Macros: WG, GATED.
 
@@ -10,7 +10,7 @@ struct Params {
     n: u32,            // values per row
     groups: u32,       // rows per token
     eps: f32,
-    y_pos_rows: u32,   // 1: token t's rows in y start at row pos0 + t
+    y_pos_rows: u32,   // 1: token t's rows in y start at its KV-cache row
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -28,7 +28,8 @@ var<workgroup> partial: array<f32, WG>;
 fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let live = wid.y < step.n_tokens;
     let base = (wid.y * p.groups + wid.x) * p.n;
-    let y_base = ((wid.y + step.pos0 * p.y_pos_rows) * p.groups + wid.x) * p.n;
+    let y_row = select(wid.y, step.tok[min(wid.y, 511u)].y, p.y_pos_rows == 1u);
+    let y_base = (y_row * p.groups + wid.x) * p.n;
     var ss = 0.0;
     if live {
         for (var i = tid; i < p.n; i += WG) {

@@ -1,4 +1,4 @@
-// Rotary position embedding, in place on x[t, head, dim], position pos0 + t.
+// Rotary position embedding, in place on x[t, head, dim], at token t's position.
 // NEOX = 0: rotate adjacent pairs (2i, 2i+1) — llama.cpp's order for llama GGUFs, whose
 //   converter permuted the Q/K rows so that this equals HF's rotate_half.
 // NEOX = 1: rotate (i, i + n_rot/2), as Qwen models are stored.
@@ -12,7 +12,7 @@ struct Params {
     n_heads: u32,
     head_dim: u32,
     n_rot: u32,
-    pos_rows: u32,  // 1: token t lives in row pos0 + t of x (the KV cache); 0: row t
+    pos_rows: u32,  // 1: token t lives in its KV-cache row of x (the cache); 0: row t
 }
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
@@ -29,11 +29,11 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let head = gid.x / half;
     let i = gid.x % half;
-    let pos = f32(step.pos0 + t);
+    let pos = f32(step.tok[t].x);
     let theta = pos * freq[i];
     let c = cos(theta);
     let s = sin(theta);
-    let base = ((t + step.pos0 * p.pos_rows) * p.n_heads + head) * p.head_dim;
+    let base = (select(t, step.tok[t].y, p.pos_rows == 1u) * p.n_heads + head) * p.head_dim;
 #if NEOX
     let i0 = base + i;
     let i1 = base + i + half;

@@ -297,7 +297,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 adapter,
                 quiet: true,
             };
-            let loaded = Loaded::open_with_progress(&args, &mut |p| {
+            let loaded = Loaded::open_with_progress(&args, 1, &mut |p| {
                 emit(&Event::LoadProgress {
                     done_bytes: p.done_bytes,
                     total_bytes: p.total_bytes,

@@ -65,6 +65,10 @@ enum Command {
         system: Option<String>,
         #[arg(long, default_value_t = 256)]
         max_tokens: usize,
+        /// Samples of the prompt, decoded together in one batch: the prompt is evaluated
+        /// once and its state forked; sample i uses seed + i.
+        #[arg(short = 'n', long = "samples", default_value_t = 1)]
+        samples: usize,
         #[command(flatten)]
         sampling: SamplingArgs,
     },
@@ -196,15 +200,35 @@ fn run(cli: Cli) -> Result<()> {
             chat,
             system,
             max_tokens,
+            samples,
             sampling,
         } => {
-            let mut lm = Loaded::open(&model)?;
+            let sequences = u32::try_from(samples)
+                .ok()
+                .filter(|n| (1..=ModelOptions::default().max_batch).contains(n))
+                .with_context(|| {
+                    format!(
+                        "-n {samples}: between 1 and {} samples",
+                        ModelOptions::default().max_batch
+                    )
+                })?;
+            let mut lm = Loaded::open_with_progress(&model, sequences, &mut |_| {})?;
             let text = if chat {
                 lm.render_chat(system.as_deref(), &[ChatMessage::new("user", &prompt)])?
             } else {
                 prompt
             };
             let ids = lm.tok.encode(&text, true)?;
+            if samples > 1 {
+                return generate_samples(
+                    &mut lm,
+                    &ids,
+                    samples,
+                    &sampling.params(),
+                    max_tokens,
+                    model.quiet,
+                );
+            }
             let stdout = std::io::stdout();
             lm.stream(
                 &ids,
@@ -381,12 +405,13 @@ pub struct Loaded {
 
 impl Loaded {
     fn open(args: &ModelArgs) -> Result<Self> {
-        Self::open_with_progress(args, &mut |_| {})
+        Self::open_with_progress(args, 1, &mut |_| {})
     }
 
     /// Like [`Loaded::open`], also reporting GPU-upload progress (the stdio agent streams it).
     fn open_with_progress(
         args: &ModelArgs,
+        sequences: u32,
         on_progress: &mut dyn FnMut(&lilypad_engine::LoadProgress),
     ) -> Result<Self> {
         let (path, src, file) = open_file(
@@ -415,6 +440,7 @@ impl Loaded {
         );
         let opts = ModelOptions {
             context: args.context,
+            sequences,
             ..Default::default()
         };
         // The adapter is read and checked against the file before the upload starts.
@@ -519,6 +545,56 @@ impl Loaded {
         }
         Ok(text)
     }
+}
+
+/// `generate -n N`: N samples of one prompt in one batch, each printed when it ends.
+fn generate_samples(
+    lm: &mut Loaded,
+    prompt: &[u32],
+    n: usize,
+    sp: &SamplingParams,
+    max_tokens: usize,
+    quiet: bool,
+) -> Result<()> {
+    let start = Instant::now();
+    let tok = &lm.tok;
+    let mut batch = lilypad_engine::Batch::new(&mut lm.model, |id| tok.is_stop(id));
+    let ids = batch.submit_group(prompt, n, sp, max_tokens)?;
+    let mut outputs = vec![Vec::new(); n];
+    let (mut steps, mut generated) = (0usize, 0usize);
+    let mut first_step = None;
+    while batch.pending() > 0 {
+        let events = pollster::block_on(batch.step())?;
+        first_step.get_or_insert_with(Instant::now);
+        steps += 1;
+        for e in events {
+            match e {
+                lilypad_engine::BatchEvent::Token { request, token } => {
+                    generated += 1;
+                    if !tok.is_stop(token) {
+                        outputs[request - ids[0]].push(token);
+                    }
+                }
+                lilypad_engine::BatchEvent::Done { request, reason } => {
+                    let i = request - ids[0];
+                    println!("--- sample {} ({reason:?}) ---", i + 1);
+                    println!("{}", tok.decode(&outputs[i])?);
+                }
+            }
+        }
+    }
+    if !quiet {
+        let first = first_step.unwrap_or(start);
+        let decode = first.elapsed().as_secs_f64();
+        eprintln!(
+            "[prompt {} tokens once, forked {} times; {n} samples, {generated} tokens in {steps} \
+             batched steps, {:.1} tok/s]",
+            prompt.len(),
+            n - 1,
+            generated as f64 / (decode + (first - start).as_secs_f64()).max(1e-9)
+        );
+    }
+    Ok(())
 }
 
 fn minijinja_undefined() -> lilypad_tokenizer::TemplateValue {

@@ -58,6 +58,8 @@ pub enum EngineError {
     ContextFull { needed: usize, capacity: usize },
     #[error("the sequence state does not fit this model: {0}")]
     State(String),
+    #[error("sequences: {0}")]
+    Sequence(String),
     #[error("token id {id} is outside the vocabulary of {vocab}")]
     BadToken { id: u32, vocab: usize },
     #[error("invalid sampling parameter: {0}")]

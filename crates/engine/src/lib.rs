@@ -2,6 +2,7 @@
 //! model architectures (`models/`) over GGUF weights, and GPU sampling. Compiles natively
 //! (Vulkan, Metal, DX12) and for wasm32 (browser WebGPU): all GPU waits are async.
 
+pub mod batch;
 pub mod error;
 pub mod gpu;
 pub mod kernels;
@@ -12,9 +13,10 @@ pub mod ops;
 pub mod state;
 pub mod weights;
 
+pub use batch::{Batch, BatchEvent, DoneReason, RequestId};
 pub use error::{EngineError, Result};
 pub use gpu::{AdapterOptions, AdapterSummary, GpuContext};
-pub use model::{Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
+pub use model::{BatchToken, Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
 pub use models::{LlamaConfig, ModelConfig, Qwen35Config};
 pub use ops::sample::{Rng, SamplingParams};
 pub use state::SequenceState;

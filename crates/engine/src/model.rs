@@ -26,11 +26,27 @@ pub struct MemoryPlan {
     pub activations: u64,
     /// Largest single buffer (must fit one storage binding unless split).
     pub largest_unsplittable: u64,
+    /// One layer's K (or V) cache for one sequence, and one recurrent layer's largest state
+    /// buffer for one sequence: per-sequence buffers hold every slot.
+    pub kv_layer: u64,
+    pub recurrent_buffer: u64,
 }
 
 impl MemoryPlan {
     pub fn total(&self) -> u64 {
         self.weights + self.kv_cache + self.recurrent_state + self.activations
+    }
+
+    /// The plan with `n` sequence slots: every slot has its own KV rows and recurrent state.
+    pub fn with_sequences(mut self, n: u32) -> Self {
+        let n = n.max(1) as u64;
+        self.kv_cache *= n;
+        self.recurrent_state *= n;
+        self.largest_unsplittable = self
+            .largest_unsplittable
+            .max(self.kv_layer * n)
+            .max(self.recurrent_buffer * n);
+        self
     }
 }
 
@@ -90,6 +106,9 @@ pub struct ModelOptions {
     /// Upload Qwen3.5's multi-token-prediction layers (for speculative decoding; the forward
     /// pass does not read them). Without it they are only checked.
     pub mtp: bool,
+    /// Sequence slots: independent sequences with their own KV-cache rows and recurrent
+    /// state, decoded together by [`Model::sample_batch`] (at most `max_batch`).
+    pub sequences: u32,
 }
 
 impl Default for ModelOptions {
@@ -99,6 +118,7 @@ impl Default for ModelOptions {
             max_batch: 64,
             max_chunk_bytes: None,
             mtp: false,
+            sequences: 1,
         }
     }
 }
@@ -121,6 +141,8 @@ pub struct LoadProgress {
 /// Buffers the runtime feeds and reads around an architecture's graph.
 struct Io {
     ids: wgpu::Buffer,
+    /// The tokens sampled in a batched step, one u32 per sequence.
+    sampled: wgpu::Buffer,
     x_last: wgpu::Buffer,
     logits: wgpu::Buffer,
     step: wgpu::Buffer,
@@ -135,8 +157,9 @@ pub struct Model {
     pub max_batch: u32,
     pub plan: MemoryPlan,
     io: Io,
-    /// Tokens whose state is in the model's buffers, in order.
-    tokens: Vec<u32>,
+    /// Per sequence slot, the tokens whose state is in the model's buffers, in order. Slot 0
+    /// is the sequence of the single-sequence API (`eval`, `next_token`, `snapshot`, …).
+    seqs: Vec<Vec<u32>>,
     /// Per layer, the buffers holding the sequence state.
     state: Vec<Vec<StateBuffer>>,
     /// Whether the state can go back to an earlier position: true when it is all caches
@@ -144,12 +167,32 @@ pub struct Model {
     rewindable: bool,
     decode_graph: Vec<Dispatch>,
     prefill_graph: Vec<Dispatch>,
+    /// One token each of several sequences (empty with one slot).
+    batch_graph: Vec<Dispatch>,
     head_last: Vec<Dispatch>,
     head_all: Vec<Dispatch>,
-    sampler: Sampler,
+    /// One per sequence slot (each samples its own logits row).
+    samplers: Vec<Sampler>,
     arch: Box<dyn Forward>,
     /// [max_batch, rank] for the LoRA adapters' A·x, sized for the largest padded rank set.
     lora_scratch: Option<wgpu::Buffer>,
+    /// Where `fork` passes a state buffer's rows through (a buffer cannot be copied onto
+    /// itself); grown on demand.
+    fork_staging: Option<wgpu::Buffer>,
+}
+
+/// One sequence's token in a batched decode step ([`Model::sample_batch`]), and how to pick
+/// the token after it.
+#[derive(Clone, Debug)]
+pub struct BatchToken<'a> {
+    /// The sequence slot.
+    pub seq: u32,
+    pub token: u32,
+    pub params: &'a SamplingParams,
+    /// A uniform draw in [0, 1) from the sequence's own random stream (unused when greedy).
+    pub u: f32,
+    /// The sequence's tokens so far, for the repetition penalties.
+    pub history: &'a [u32],
 }
 
 impl Model {
@@ -163,27 +206,33 @@ impl Model {
     ) -> Result<Self> {
         let cfg = ModelConfig::from_gguf(file)?;
         let context = opts.context.unwrap_or(cfg.context_train().min(4096)).max(1);
-        let max_batch = opts.max_batch.clamp(1, 512);
+        let max_batch = opts.max_batch.clamp(1, ops::MAX_STEP_TOKENS as u32);
+        let sequences = opts.sequences.clamp(1, max_batch);
 
         // Validate everything before allocating anything on the GPU, including layers that
         // are not uploaded.
         check_tensors(file, &cfg.loaded_tensor_shapes(true))?;
         let total_bytes = check_tensors(file, &cfg.loaded_tensor_shapes(opts.mtp))?;
-        let plan = cfg.memory_plan(file, context, max_batch, opts.mtp);
+        let plan = cfg
+            .memory_plan(file, context, max_batch, opts.mtp)
+            .with_sequences(sequences);
         plan.check_fits(&ctx, context)?;
 
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let loader = Loader::new(&ctx, file, src, opts.max_chunk_bytes, total_bytes, progress);
+        let loader = Loader::new(&ctx, file, src, opts.max_chunk_bytes, total_bytes, progress)
+            .with_sequences(sequences);
         let arch = cfg.load(&loader, context, max_batch, opts.mtp)?;
         let io = Io {
             ids: loader.f32s("token ids", max_batch as u64)?,
+            sampled: loader.f32s("sampled tokens", max_batch as u64)?,
             x_last: loader.f32s("last x", cfg.n_embd() as u64)?,
             logits: loader.f32s("logits", max_batch as u64 * cfg.vocab() as u64)?,
             step: ops::step_buffer(&ctx),
             step_one: ops::step_buffer(&ctx),
         };
         ops::write_step(&ctx, &io.step_one, Step::new(1, 0));
-        let [decode_graph, prefill_graph] = record_graphs(&ctx, arch.as_ref(), &io, None)?;
+        let [decode_graph, prefill_graph, batch_graph] =
+            record_graphs(&ctx, arch.as_ref(), &io, None, sequences)?;
         let head = arch.lm_head();
         let head_last = ops::matvec::matvec(
             &ctx,
@@ -207,7 +256,9 @@ impl Model {
             false,
             false,
         )?;
-        let sampler = Sampler::new(&ctx, &io.logits, cfg.vocab())?;
+        let samplers = (0..sequences)
+            .map(|_| Sampler::new(&ctx, &io.logits, cfg.vocab()))
+            .collect::<Result<_>>()?;
         if let Some(e) = oom_scope.pop().await {
             return Err(EngineError::OutOfMemory(format!(
                 "loading the model ({plan}): {e}"
@@ -223,17 +274,197 @@ impl Model {
             max_batch,
             plan,
             io,
-            tokens: Vec::new(),
+            seqs: vec![Vec::new(); sequences as usize],
             state,
             rewindable,
             decode_graph,
             prefill_graph,
+            batch_graph,
             head_last,
             head_all,
-            sampler,
+            samplers,
             arch,
             lora_scratch: None,
+            fork_staging: None,
         })
+    }
+
+    /// Sequence slots (`ModelOptions::sequences`).
+    pub fn sequences(&self) -> u32 {
+        self.seqs.len() as u32
+    }
+
+    /// Tokens cached for the sequence in slot `seq` (empty for a free or unknown slot).
+    pub fn sequence_tokens(&self, seq: u32) -> &[u32] {
+        self.seqs.get(seq as usize).map_or(&[], |s| s)
+    }
+
+    /// Forgets the sequence in slot `seq`: the slot is free for a new sequence.
+    pub fn release(&mut self, seq: u32) {
+        if let Some(s) = self.seqs.get_mut(seq as usize) {
+            s.clear();
+        }
+    }
+
+    /// Starts the sequence in slot `to` as a copy of the one in `from` (a GRPO group's
+    /// shared prompt, best-of-k), without evaluating anything: each attention layer's K/V
+    /// rows in use and each recurrent layer's fixed-size state are copied on the GPU.
+    pub fn fork(&mut self, from: u32, to: u32) -> Result<()> {
+        let n = self.seqs.len() as u32;
+        if from >= n || to >= n || from == to {
+            return Err(EngineError::Sequence(format!(
+                "cannot fork sequence {from} into {to}: the model has {n} slots"
+            )));
+        }
+        let len = self.seqs[from as usize].len();
+        let largest = self
+            .state
+            .iter()
+            .flatten()
+            .map(|s| s.bytes_for(len))
+            .max()
+            .unwrap_or(0);
+        if largest > 0 {
+            if self
+                .fork_staging
+                .as_ref()
+                .is_none_or(|b| b.size() < largest)
+            {
+                self.fork_staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("fork staging"),
+                    size: largest,
+                    usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }));
+            }
+            let staging = self.fork_staging.as_ref().expect("made above");
+            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+            for s in self.state.iter().flatten() {
+                let bytes = s.bytes_for(len);
+                if bytes > 0 {
+                    encoder.copy_buffer_to_buffer(
+                        &s.buffer,
+                        s.slot_offset(from),
+                        staging,
+                        0,
+                        bytes,
+                    );
+                    encoder.copy_buffer_to_buffer(staging, 0, &s.buffer, s.slot_offset(to), bytes);
+                }
+            }
+            self.ctx.queue.submit([encoder.finish()]);
+        }
+        self.seqs[to as usize] = self.seqs[from as usize].clone();
+        self.ctx.check()
+    }
+
+    /// Bytes [`Model::fork`] copies for a sequence of `n_tokens` tokens: K/V rows grow with
+    /// the sequence, recurrent state does not.
+    pub fn fork_bytes(&self, n_tokens: usize) -> u64 {
+        self.state
+            .iter()
+            .flatten()
+            .map(|s| s.bytes_for(n_tokens))
+            .sum()
+    }
+
+    /// Checks a batched step (one token each of distinct sequences), writes its uniforms
+    /// and ids, clears the recurrent state of sequences that start now, and returns the graph.
+    fn begin_batch(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        tokens: &[(u32, u32)],
+    ) -> Result<&[Dispatch]> {
+        if tokens.is_empty() || tokens.len() > self.max_batch as usize {
+            return Err(EngineError::Sequence(format!(
+                "a batched step takes 1..={} tokens, not {}",
+                self.max_batch,
+                tokens.len()
+            )));
+        }
+        let mut seen = vec![false; self.seqs.len()];
+        for &(seq, token) in tokens {
+            self.check_sequence_tokens(seq, &[token])?;
+            if std::mem::replace(&mut seen[seq as usize], true) {
+                return Err(EngineError::Sequence(format!(
+                    "sequence {seq} appears twice in one batched step"
+                )));
+            }
+        }
+        let slots: Vec<(u32, u32)> = tokens
+            .iter()
+            .map(|&(seq, _)| (seq, self.seqs[seq as usize].len() as u32))
+            .collect();
+        ops::write_step(&self.ctx, &self.io.step, Step::batch(&slots, self.context));
+        let ids: Vec<u32> = tokens.iter().map(|t| t.1).collect();
+        self.ctx
+            .queue
+            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(&ids));
+        for &(seq, pos) in &slots {
+            if pos == 0 {
+                self.clear_recurrent_state(encoder, seq);
+            }
+        }
+        Ok(if tokens.len() == 1 {
+            &self.decode_graph
+        } else {
+            &self.batch_graph
+        })
+    }
+
+    /// Evaluates one token each of several sequences (`(seq, token)`, every seq distinct) in
+    /// one step, and returns their logits rows in order: what each would give alone.
+    pub async fn eval_batch(&mut self, tokens: &[(u32, u32)]) -> Result<Vec<f32>> {
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        let graph = self.begin_batch(&mut encoder, tokens)?;
+        self.encode_graph(&mut encoder, graph, tokens.len() as u32, Logits::All);
+        self.ctx.queue.submit([encoder.finish()]);
+        for &(seq, token) in tokens {
+            self.seqs[seq as usize].push(token);
+        }
+        let vocab = self.config.vocab() as u64;
+        self.ctx
+            .read_f32(&self.io.logits, 0, tokens.len() as u64 * vocab)
+            .await
+    }
+
+    /// One decode step of several sequences: evaluates each item's token in one step and
+    /// samples each sequence's next token on the GPU with its own parameters and draw. Only
+    /// the sampled tokens come back.
+    pub async fn sample_batch(&mut self, items: &[BatchToken<'_>]) -> Result<Vec<u32>> {
+        for it in items {
+            it.params.validate()?;
+        }
+        let tokens: Vec<(u32, u32)> = items.iter().map(|it| (it.seq, it.token)).collect();
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        let graph = self.begin_batch(&mut encoder, &tokens)?;
+        self.encode_graph(&mut encoder, graph, tokens.len() as u32, Logits::All);
+        for (row, it) in items.iter().enumerate() {
+            // Sampler i reads logits row i; slots are at most max_batch, so one per row.
+            let sampler = &self.samplers[row];
+            sampler.prepare(&self.ctx, it.params, it.history, row as u32, it.u)?;
+        }
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            for sampler in &self.samplers[..items.len()] {
+                sampler.dispatch().record(&mut pass, 1);
+            }
+        }
+        for (row, sampler) in self.samplers[..items.len()].iter().enumerate() {
+            encoder.copy_buffer_to_buffer(&sampler.result, 0, &self.io.sampled, row as u64 * 4, 4);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        for &(seq, token) in &tokens {
+            self.seqs[seq as usize].push(token);
+        }
+        let ids = self
+            .ctx
+            .read_u32(&self.io.sampled, 0, items.len() as u64)
+            .await?;
+        if let Some(&id) = ids.iter().find(|&&id| id >= self.config.vocab()) {
+            return Err(EngineError::Sampling(format!("the sampler returned {id}")));
+        }
+        Ok(ids)
     }
 
     /// Puts a LoRA adapter on the model (`None` removes it): every linear it names adds
@@ -261,7 +492,7 @@ impl Model {
             }
         }
         drop(linears);
-        self.tokens.clear();
+        self.seqs.iter_mut().for_each(Vec::clear);
         let applied = self.apply_lora(tensors, adapter.map_or(1.0, |a| a.scale));
         if applied.is_err() {
             // Never leave some linears adapted and others not: back to the base model.
@@ -291,11 +522,12 @@ impl Model {
             rerecord = true;
         }
         if rerecord {
-            [self.decode_graph, self.prefill_graph] = record_graphs(
+            [self.decode_graph, self.prefill_graph, self.batch_graph] = record_graphs(
                 &ctx,
                 self.arch.as_ref(),
                 &self.io,
                 self.lora_scratch.as_ref(),
+                self.seqs.len() as u32,
             )?;
         }
         ctx.check()
@@ -307,17 +539,17 @@ impl Model {
 
     /// Tokens whose state is in the cache.
     pub fn tokens(&self) -> &[u32] {
-        &self.tokens
+        &self.seqs[0]
     }
 
     /// Forgets everything after the first `n` tokens (their cache rows get overwritten).
     /// Recurrent state cannot go back, so a model with it forgets the whole sequence
     /// instead unless `n` keeps every token (use [`Model::snapshot`] to return to a point).
     pub fn truncate(&mut self, n: usize) {
-        if n < self.tokens.len() && !self.rewindable {
-            self.tokens.clear();
+        if n < self.seqs[0].len() && !self.rewindable {
+            self.seqs[0].clear();
         }
-        self.tokens.truncate(n);
+        self.seqs[0].truncate(n);
     }
 
     /// Whether [`Model::truncate`] can keep a prefix (false for recurrent models).
@@ -326,13 +558,13 @@ impl Model {
     }
 
     pub fn reset(&mut self) {
-        self.tokens.clear();
+        self.seqs[0].clear();
     }
 
     /// Copies the sequence state (tokens and, per layer, the cache rows in use) on the GPU,
     /// so that [`Model::restore`] can return to this point later.
     pub async fn snapshot(&self) -> Result<SequenceState> {
-        SequenceState::capture(&self.ctx, &self.state, &self.tokens).await
+        SequenceState::capture(&self.ctx, &self.state, &self.seqs[0], 0).await
     }
 
     /// Puts back a state from [`Model::snapshot`] of this model (or one with the same
@@ -344,16 +576,15 @@ impl Model {
                 capacity: self.context as usize,
             });
         }
-        state.write_into(&self.ctx, &self.state)?;
-        self.tokens = state.tokens().to_vec();
+        state.write_into(&self.ctx, &self.state, 0)?;
+        self.seqs[0] = state.tokens().to_vec();
         Ok(())
     }
 
     /// Keeps the longest common prefix of the cache and `tokens`, returning the tokens
     /// still to evaluate: how a conversation reuses its earlier turns.
     pub fn reuse_prefix<'a>(&mut self, tokens: &'a [u32]) -> &'a [u32] {
-        let common = self
-            .tokens
+        let common = self.seqs[0]
             .iter()
             .zip(tokens)
             .take_while(|(a, b)| a == b)
@@ -361,17 +592,27 @@ impl Model {
         // At least one token must be evaluated to produce logits.
         let keep = common.min(tokens.len().saturating_sub(1));
         self.truncate(keep);
-        &tokens[self.tokens.len()..]
+        &tokens[self.seqs[0].len()..]
     }
 
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        self.check_sequence_tokens(0, tokens)
+    }
+
+    fn check_sequence_tokens(&self, seq: u32, tokens: &[u32]) -> Result<()> {
+        let Some(cached) = self.seqs.get(seq as usize) else {
+            return Err(EngineError::Sequence(format!(
+                "sequence {seq} does not exist: the model has {} slots (ModelOptions::sequences)",
+                self.seqs.len()
+            )));
+        };
         if let Some(&id) = tokens.iter().find(|&&t| t >= self.config.vocab()) {
             return Err(EngineError::BadToken {
                 id,
                 vocab: self.config.vocab() as usize,
             });
         }
-        let needed = self.tokens.len() + tokens.len();
+        let needed = cached.len() + tokens.len();
         if needed > self.context as usize {
             return Err(EngineError::ContextFull {
                 needed,
@@ -381,10 +622,27 @@ impl Model {
         Ok(())
     }
 
-    /// Records one step of `chunk` tokens (≤ max_batch) into `encoder`.
-    fn encode_step(&self, encoder: &mut wgpu::CommandEncoder, chunk: &[u32], want: Logits) {
+    /// Records one step of `chunk` tokens (≤ max_batch) of sequence `seq` into `encoder`.
+    fn encode_step(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        seq: u32,
+        chunk: &[u32],
+        want: Logits,
+    ) {
         let n = chunk.len() as u32;
-        let graph = self.begin_step(encoder, chunk);
+        let graph = self.begin_step(encoder, seq, chunk);
+        self.encode_graph(encoder, graph, n, want);
+    }
+
+    /// Records `graph` over a step of `n` tokens, then the LM head per `want`.
+    fn encode_graph(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        graph: &[Dispatch],
+        n: u32,
+        want: Logits,
+    ) {
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("forward"),
@@ -418,17 +676,24 @@ impl Model {
         }
     }
 
-    /// Writes the step's uniforms and token ids (clearing recurrent state at position 0) and
-    /// returns the graph that runs `chunk`: the decode graph for one token, else prefill.
-    fn begin_step(&self, encoder: &mut wgpu::CommandEncoder, chunk: &[u32]) -> &[Dispatch] {
+    /// Writes the step's uniforms and token ids (clearing the sequence's recurrent state at
+    /// position 0) and returns the graph that runs `chunk`: the decode graph for one token,
+    /// else prefill.
+    fn begin_step(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        seq: u32,
+        chunk: &[u32],
+    ) -> &[Dispatch] {
         let n = chunk.len() as u32;
-        let pos0 = self.tokens.len() as u32;
-        ops::write_step(&self.ctx, &self.io.step, Step::new(n, pos0));
+        let pos0 = self.seqs[seq as usize].len() as u32;
+        let step = Step::for_sequence(n, pos0, seq, self.context);
+        ops::write_step(&self.ctx, &self.io.step, step);
         self.ctx
             .queue
             .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(chunk));
         if pos0 == 0 {
-            self.clear_recurrent_state(encoder);
+            self.clear_recurrent_state(encoder, seq);
         }
         if n == 1 {
             &self.decode_graph
@@ -437,23 +702,33 @@ impl Model {
         }
     }
 
-    /// A new sequence: recurrent state starts from zero (caches need no clearing, attention
-    /// reads only the rows written in this sequence).
-    fn clear_recurrent_state(&self, encoder: &mut wgpu::CommandEncoder) {
+    /// A new sequence: its recurrent state starts from zero (caches need no clearing,
+    /// attention reads only the rows written in this sequence).
+    fn clear_recurrent_state(&self, encoder: &mut wgpu::CommandEncoder, seq: u32) {
         for s in self
             .state
             .iter()
             .flatten()
             .filter(|s| s.row_bytes.is_none())
         {
-            encoder.clear_buffer(&s.buffer, 0, None);
+            encoder.clear_buffer(&s.buffer, s.slot_offset(seq), Some(s.slot_bytes));
         }
     }
 
     /// Evaluates `tokens` after the cached ones. Returns logits per `want`:
     /// nothing, the last position's row, or every position's rows (row-major, vocab wide).
     pub async fn eval(&mut self, tokens: &[u32], want: Logits) -> Result<Vec<f32>> {
-        self.check_tokens(tokens)?;
+        self.eval_sequence(0, tokens, want).await
+    }
+
+    /// [`Model::eval`] on the sequence in slot `seq`.
+    pub async fn eval_sequence(
+        &mut self,
+        seq: u32,
+        tokens: &[u32],
+        want: Logits,
+    ) -> Result<Vec<f32>> {
+        self.check_sequence_tokens(seq, tokens)?;
         let vocab = self.config.vocab() as u64;
         let mut out = Vec::new();
         let chunks: Vec<&[u32]> = tokens.chunks(self.max_batch as usize).collect();
@@ -465,9 +740,9 @@ impl Model {
                 _ => Logits::None,
             };
             let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-            self.encode_step(&mut encoder, chunk, step_want);
+            self.encode_step(&mut encoder, seq, chunk, step_want);
             self.ctx.queue.submit([encoder.finish()]);
-            self.tokens.extend_from_slice(chunk);
+            self.seqs[seq as usize].extend_from_slice(chunk);
             match step_want {
                 Logits::All => out.extend(
                     self.ctx
@@ -496,7 +771,7 @@ impl Model {
         }
         let n = tokens.len() as u32;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        let graph = self.begin_step(&mut encoder, tokens);
+        let graph = self.begin_step(&mut encoder, 0, tokens);
         self.ctx.queue.submit([encoder.finish()]);
         self.wait()?;
         // The head runs on one row (the last token's), as in `eval`.
@@ -514,7 +789,7 @@ impl Model {
             self.wait()?;
             *times.entry(d.label).or_default() += t.elapsed().as_secs_f64();
         }
-        self.tokens.extend_from_slice(tokens);
+        self.seqs[0].extend_from_slice(tokens);
         let mut times: Vec<_> = times.into_iter().collect();
         times.sort_by(|a, b| b.1.total_cmp(&a.1));
         Ok(times)
@@ -545,16 +820,17 @@ impl Model {
             self.eval(head, Logits::None).await?;
         }
         let u = if sp.is_greedy() { 0.0 } else { rng.next_f32() };
-        self.sampler.prepare(&self.ctx, sp, history, 0, u)?;
+        let sampler = &self.samplers[0];
+        sampler.prepare(&self.ctx, sp, history, 0, u)?;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        self.encode_step(&mut encoder, tail, Logits::Last);
+        self.encode_step(&mut encoder, 0, tail, Logits::Last);
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
-            self.sampler.dispatch().record(&mut pass, 1);
+            sampler.dispatch().record(&mut pass, 1);
         }
         self.ctx.queue.submit([encoder.finish()]);
-        self.tokens.extend_from_slice(tail);
-        let id = self.ctx.read_u32(&self.sampler.result, 0, 1).await?[0];
+        self.seqs[0].extend_from_slice(tail);
+        let id = self.ctx.read_u32(&self.samplers[0].result, 0, 1).await?[0];
         if id >= self.config.vocab() {
             return Err(EngineError::Sampling(format!("the sampler returned {id}")));
         }
@@ -582,7 +858,7 @@ impl Model {
         let mut feed = pending.clone();
         let mut out = Vec::new();
         while out.len() < max_tokens {
-            if self.tokens.len() + feed.len() > self.context as usize {
+            if self.seqs[0].len() + feed.len() > self.context as usize {
                 break;
             }
             let id = self.next_token(&feed, sp, &mut rng, &history).await?;
@@ -610,21 +886,29 @@ pub struct Generation {
     pub prompt_reused: usize,
 }
 
-/// The decode graph (tile 1) and the prefill graph.
+/// The decode graph (tile 1), the prefill graph and, with several sequence slots, the
+/// batched-decode graph (prefill's tiles, recurrent layers token by token).
 fn record_graphs(
     ctx: &GpuContext,
     arch: &dyn Forward,
     io: &Io,
     lora: Option<&wgpu::Buffer>,
-) -> Result<[Vec<Dispatch>; 2]> {
-    let graph = |tile| {
+    sequences: u32,
+) -> Result<[Vec<Dispatch>; 3]> {
+    let graph = |tile, multi_sequence| {
         arch.graph(&GraphIo {
             ctx,
             ids: &io.ids,
             step: &io.step,
             tile,
             lora,
+            multi_sequence,
         })
     };
-    Ok([graph(1)?, graph(PREFILL_TILE)?])
+    let batch = if sequences > 1 {
+        graph(PREFILL_TILE, true)?
+    } else {
+        Vec::new()
+    };
+    Ok([graph(1, false)?, graph(PREFILL_TILE, false)?, batch])
 }

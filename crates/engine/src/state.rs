@@ -12,14 +12,21 @@ pub(crate) struct StateBuffer {
     /// Bytes per position for a cache indexed by position (a snapshot copies the rows in
     /// use); `None` for a fixed-size state, copied whole.
     pub row_bytes: Option<u64>,
+    /// Bytes of one sequence slot: the buffer holds the slots one after another.
+    pub slot_bytes: u64,
 }
 
 impl StateBuffer {
-    fn bytes_for(&self, n_tokens: usize) -> u64 {
+    /// Bytes of a sequence of `n_tokens` tokens, from the start of its slot.
+    pub(crate) fn bytes_for(&self, n_tokens: usize) -> u64 {
         match self.row_bytes {
             Some(row) => row * n_tokens as u64,
-            None => self.buffer.size(),
+            None => self.slot_bytes,
         }
+    }
+
+    pub(crate) fn slot_offset(&self, slot: u32) -> u64 {
+        slot as u64 * self.slot_bytes
     }
 }
 
@@ -58,11 +65,12 @@ impl SequenceState {
             .sum()
     }
 
-    /// Copies the state of `tokens` out of `layers`.
+    /// Copies the state of `tokens`, the sequence in `slot`, out of `layers`.
     pub(crate) async fn capture(
         ctx: &GpuContext,
         layers: &[Vec<StateBuffer>],
         tokens: &[u32],
+        slot: u32,
     ) -> Result<Self> {
         let oom = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
@@ -80,7 +88,13 @@ impl SequenceState {
                                 usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
                                 mapped_at_creation: false,
                             });
-                            encoder.copy_buffer_to_buffer(&s.buffer, 0, &copy, 0, size);
+                            encoder.copy_buffer_to_buffer(
+                                &s.buffer,
+                                s.slot_offset(slot),
+                                &copy,
+                                0,
+                                size,
+                            );
                             copy
                         });
                         (s.row_bytes, copy)
@@ -102,9 +116,14 @@ impl SequenceState {
         })
     }
 
-    /// Copies this state back into `layers`, after checking it was taken from a model with
-    /// the same state layout and fits its buffers.
-    pub(crate) fn write_into(&self, ctx: &GpuContext, layers: &[Vec<StateBuffer>]) -> Result<()> {
+    /// Copies this state back into `layers` as the sequence in `slot`, after checking it was
+    /// taken from a model with the same state layout and fits its buffers.
+    pub(crate) fn write_into(
+        &self,
+        ctx: &GpuContext,
+        layers: &[Vec<StateBuffer>],
+        slot: u32,
+    ) -> Result<()> {
         let mismatch = |detail: String| Err(EngineError::State(detail));
         if layers.len() != self.layers.len() {
             return mismatch(format!(
@@ -120,13 +139,13 @@ impl SequenceState {
             for (m, (row_bytes, copy)) in model.iter().zip(saved) {
                 let size = copy.as_ref().map_or(0, |c| c.size());
                 if m.row_bytes != *row_bytes
-                    || size > m.buffer.size()
-                    || (m.row_bytes.is_none() && size != m.buffer.size())
+                    || size > m.slot_bytes
+                    || (m.row_bytes.is_none() && size != m.slot_bytes)
                 {
                     return mismatch(format!(
                         "layer {i}: a state buffer of {} does not fit the model's {}",
                         human_bytes(size),
-                        human_bytes(m.buffer.size())
+                        human_bytes(m.slot_bytes)
                     ));
                 }
             }
@@ -135,7 +154,7 @@ impl SequenceState {
         for (model, saved) in layers.iter().zip(&self.layers) {
             for (m, (_, copy)) in model.iter().zip(saved) {
                 if let Some(c) = copy {
-                    encoder.copy_buffer_to_buffer(c, 0, &m.buffer, 0, c.size());
+                    encoder.copy_buffer_to_buffer(c, 0, &m.buffer, m.slot_offset(slot), c.size());
                 }
             }
         }

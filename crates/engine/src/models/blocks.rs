@@ -56,6 +56,8 @@ pub(crate) struct Loader<'a> {
     file: &'a GgufFile,
     src: &'a dyn ByteSource,
     max_chunk_bytes: Option<u64>,
+    /// Sequence slots: per-sequence state buffers hold this many sequences.
+    pub sequences: u32,
     done: Cell<u64>,
     total: u64,
     progress: RefCell<&'a mut dyn FnMut(LoadProgress)>,
@@ -75,6 +77,7 @@ impl<'a> Loader<'a> {
             file,
             src,
             max_chunk_bytes,
+            sequences: 1,
             done: Cell::new(0),
             total,
             progress: RefCell::new(progress),
@@ -88,6 +91,12 @@ impl<'a> Loader<'a> {
             done_bytes: self.done.get(),
             total_bytes: self.total,
         });
+    }
+
+    /// Per-sequence state for `n` sequence slots.
+    pub fn with_sequences(mut self, n: u32) -> Self {
+        self.sequences = n.max(1);
+        self
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -156,6 +165,8 @@ pub(crate) struct GraphIo<'a> {
     pub step: &'a wgpu::Buffer,
     pub tile: u32,
     pub lora: Option<&'a wgpu::Buffer>,
+    /// The step may hold tokens of several sequences (batched decode).
+    pub multi_sequence: bool,
 }
 
 /// Records one forward graph: the dispatches of a step of up to `max_batch` tokens, `tile`
@@ -167,6 +178,7 @@ pub(crate) struct Graph<'a> {
     pub max_batch: u32,
     /// [max_batch, rank] for LoRA's A·x, when any linear has an adapter.
     pub lora: Option<&'a wgpu::Buffer>,
+    pub multi_sequence: bool,
     pub dispatches: Vec<Dispatch>,
 }
 
@@ -184,6 +196,7 @@ impl<'a> Graph<'a> {
             tile: io.tile,
             max_batch,
             lora: io.lora,
+            multi_sequence: io.multi_sequence,
             dispatches: ops::get_rows::get_rows(io.ctx, embd, io.ids, x, max_batch, io.step)?,
         })
     }
@@ -371,7 +384,8 @@ pub(crate) struct Attention {
 impl Attention {
     pub fn load(l: &Loader, blk: u32, s: &AttentionShape, context: u32) -> Result<Self> {
         let n = |name: &str| format!("blk.{blk}.{name}.weight");
-        let cache = context as u64 * s.kv_dim() as u64;
+        // One block of `context` rows per sequence slot.
+        let cache = l.sequences as u64 * context as u64 * s.kv_dim() as u64;
         Ok(Self {
             norm: l.norm(&n("attn_norm"))?,
             wq: l.linear(&n("attn_q"))?,
@@ -392,13 +406,14 @@ impl Attention {
         [&mut self.wq, &mut self.wk, &mut self.wv, &mut self.wo]
     }
 
-    /// The K and V caches: one row of kv_dim values per position.
-    pub fn state(&self, s: &AttentionShape) -> Vec<StateBuffer> {
-        let row_bytes = Some(s.kv_dim() as u64 * 4);
+    /// The K and V caches: one row of kv_dim values per position, `context` rows per slot.
+    pub fn state(&self, s: &AttentionShape, context: u32) -> Vec<StateBuffer> {
+        let row = s.kv_dim() as u64 * 4;
         [&self.k_cache, &self.v_cache]
             .map(|b| StateBuffer {
                 buffer: b.clone(),
-                row_bytes,
+                row_bytes: Some(row),
+                slot_bytes: row * context as u64,
             })
             .to_vec()
     }

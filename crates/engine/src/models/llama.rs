@@ -168,6 +168,7 @@ impl LlamaConfig {
         };
         let kv_layer = context as u64 * self.kv_dim() as u64 * 4;
         plan.kv_cache = 2 * self.n_layer as u64 * kv_layer;
+        plan.kv_layer = kv_layer;
         let b = max_batch as u64;
         let per_token = Scratch::floats_per_token(&self.attention(), self.n_ff) + self.vocab as u64;
         plan.activations = 4 * b * per_token + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
@@ -186,6 +187,8 @@ pub(crate) struct Llama {
     scratch: Scratch,
     freqs: wgpu::Buffer,
     max_batch: u32,
+    /// KV-cache rows per sequence slot.
+    context: u32,
 }
 
 impl Llama {
@@ -224,6 +227,7 @@ impl Llama {
             layers,
             freqs,
             max_batch,
+            context,
         })
     }
 }
@@ -262,7 +266,7 @@ impl Forward for Llama {
     fn state(&self) -> Vec<Vec<StateBuffer>> {
         self.layers
             .iter()
-            .map(|(attention, _)| attention.state(&self.attention))
+            .map(|(attention, _)| attention.state(&self.attention, self.context))
             .collect()
     }
 }

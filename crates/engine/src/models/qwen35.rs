@@ -268,6 +268,8 @@ impl Qwen35Config {
         let n_delta = self.n_layer as u64 - self.n_attention_layers() as u64;
         let state = self.delta.state_len() * 4;
         plan.recurrent_state = n_delta * (state + self.conv_state_len() * 4);
+        plan.kv_layer = kv_layer;
+        plan.recurrent_buffer = state.max(self.conv_state_len() * 4);
         let b = max_batch as u64;
         let per_token = Scratch::floats_per_token(&attention, self.n_ff)
             + DeltaScratch::floats_per_token(&self.delta)
@@ -339,10 +341,12 @@ struct DeltaNet {
     dt_bias: wgpu::Buffer,
     out_norm: wgpu::Buffer,
     out: Linear,
-    /// [kernel − 1, channels]: the conv's last inputs.
+    /// [slots, kernel − 1, channels]: the conv's last inputs.
     conv_state: wgpu::Buffer,
-    /// [n_v, d_k, d_v]: the delta rule's state.
+    /// [slots, n_v, d_k, d_v]: the delta rule's state.
     state: wgpu::Buffer,
+    conv_slot_bytes: u64,
+    state_slot_bytes: u64,
 }
 
 impl DeltaNet {
@@ -377,8 +381,10 @@ impl DeltaNet {
             dt_bias: l.norm(&n("ssm_dt.bias"))?,
             out_norm: l.norm(&n("ssm_norm.weight"))?,
             out: l.linear(&n("ssm_out.weight"))?,
-            conv_state: l.f32s("conv state", cfg.conv_state_len())?,
-            state: l.f32s("delta state", cfg.delta.state_len())?,
+            conv_state: l.f32s("conv state", l.sequences as u64 * cfg.conv_state_len())?,
+            state: l.f32s("delta state", l.sequences as u64 * cfg.delta.state_len())?,
+            conv_slot_bytes: cfg.conv_state_len() * 4,
+            state_slot_bytes: cfg.delta.state_len() * 4,
         })
     }
 
@@ -395,12 +401,16 @@ impl DeltaNet {
     /// Both buffers are fixed-size state, copied whole by snapshots and zeroed for a new
     /// sequence.
     fn state(&self) -> Vec<StateBuffer> {
-        [&self.conv_state, &self.state]
-            .map(|b| StateBuffer {
-                buffer: b.clone(),
-                row_bytes: None,
-            })
-            .to_vec()
+        [
+            (&self.conv_state, self.conv_slot_bytes),
+            (&self.state, self.state_slot_bytes),
+        ]
+        .map(|(b, slot_bytes)| StateBuffer {
+            buffer: b.clone(),
+            row_bytes: None,
+            slot_bytes,
+        })
+        .to_vec()
     }
 
     fn record(
@@ -435,8 +445,9 @@ impl DeltaNet {
             a: &self.a,
             dt_bias: &self.dt_bias,
         };
-        // Decode steps are one token: the recurrent form. Prefill: the chunked form.
-        if g.tile == 1 {
+        // Decode steps, and batched steps of several sequences (one token each): the
+        // recurrent form, token by token. Prefill of one sequence: the chunked form.
+        if g.tile == 1 || g.multi_sequence {
             g.push(ops::delta_net::delta_net(
                 g.ctx,
                 shape,
@@ -525,6 +536,8 @@ pub(crate) struct Qwen35 {
     delta_scratch: DeltaScratch,
     freqs: wgpu::Buffer,
     max_batch: u32,
+    /// KV-cache rows per sequence slot.
+    context: u32,
 }
 
 impl Qwen35 {
@@ -577,6 +590,7 @@ impl Qwen35 {
             mtp,
             freqs,
             max_batch,
+            context,
         })
     }
 }
@@ -623,7 +637,7 @@ impl Forward for Qwen35 {
         self.layers
             .iter()
             .map(|(mixer, _)| match mixer {
-                Mixer::Attention(attention) => attention.state(&self.attention),
+                Mixer::Attention(attention) => attention.state(&self.attention, self.context),
                 Mixer::DeltaNet(delta) => delta.state(),
             })
             .collect()

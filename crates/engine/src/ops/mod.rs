@@ -17,24 +17,61 @@ pub mod softmax;
 
 use crate::gpu::GpuContext;
 
+/// Tokens one step can hold (the size of `Step.tok` in `shaders/common/step.wgsl`).
+pub const MAX_STEP_TOKENS: usize = 512;
+
 /// Per-step values every token-dependent kernel reads (`shaders/common/step.wgsl`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Step {
     pub n_tokens: u32,
     pub pos0: u32,
     pub kv_len: u32,
     pub _pad: u32,
+    /// Per token: position, KV-cache row (slot · context + position), sequence slot, 0.
+    pub tok: [[u32; 4]; MAX_STEP_TOKENS],
+}
+
+impl Default for Step {
+    fn default() -> Self {
+        bytemuck::Zeroable::zeroed()
+    }
 }
 
 impl Step {
+    /// `n_tokens` tokens of one sequence in slot 0, from position `pos0`.
     pub fn new(n_tokens: u32, pos0: u32) -> Self {
-        Self {
+        Self::for_sequence(n_tokens, pos0, 0, 0)
+    }
+
+    /// `n_tokens` tokens of the sequence in `slot` (whose cache rows start at
+    /// slot · `context`), from position `pos0`.
+    pub fn for_sequence(n_tokens: u32, pos0: u32, slot: u32, context: u32) -> Self {
+        let mut s = Self {
             n_tokens,
             pos0,
             kv_len: pos0 + n_tokens,
-            _pad: 0,
+            ..Default::default()
+        };
+        for (t, tok) in s.tok.iter_mut().take(n_tokens as usize).enumerate() {
+            let pos = pos0 + t as u32;
+            *tok = [pos, slot * context + pos, slot, 0];
         }
+        s
+    }
+
+    /// One token each of several sequences: (slot, position) per token.
+    pub fn batch(tokens: &[(u32, u32)], context: u32) -> Self {
+        let mut s = Self {
+            n_tokens: tokens.len() as u32,
+            ..Default::default()
+        };
+        for (tok, &(slot, pos)) in s.tok.iter_mut().zip(tokens) {
+            *tok = [pos, slot * context + pos, slot, 0];
+        }
+        s.pos0 = tokens.first().map_or(0, |t| t.1);
+        s.kv_len = tokens.iter().map(|t| t.1 + 1).max().unwrap_or(0);
+        s
     }
 }
 
