@@ -56,9 +56,42 @@ fn buf_u32(ctx: &GpuContext, data: &[u32]) -> wgpu::Buffer {
 }
 
 fn step(ctx: &GpuContext, n_tokens: u32, pos0: u32) -> wgpu::Buffer {
+    step_of(ctx, Step::new(n_tokens, pos0))
+}
+
+/// A step buffer holding `s` (tokens of several sequences: `Step::batch`,
+/// `Step::for_sequence`).
+fn step_of(ctx: &GpuContext, s: Step) -> wgpu::Buffer {
     let b = ops::step_buffer(ctx);
-    ops::write_step(ctx, &b, Step::new(n_tokens, pos0));
+    ops::write_step(ctx, &b, s);
     b
+}
+
+/// Cache rows of a sequence slot in the batched-step tests (a cache holds slots × this).
+const SLOT_CONTEXT: u32 = 10;
+
+/// (slot, position) of the tokens of one batched step, interleaving three sequences: every
+/// token writes its own row slot · SLOT_CONTEXT + position of a 3-slot cache; 11 tokens fill
+/// one 8-token tile and part of another; positions 0 and SLOT_CONTEXT − 1 are among them.
+const SLOT_TOKENS: [(u32, u32); 11] = [
+    (2, 9),
+    (0, 0),
+    (1, 4),
+    (2, 3),
+    (0, 1),
+    (1, 5),
+    (0, 2),
+    (2, 4),
+    (1, 6),
+    (0, 3),
+    (2, 5),
+];
+
+/// The token of `SLOT_TOKENS` that writes cache row `row`, if any.
+fn slot_token_at(row: usize) -> Option<usize> {
+    SLOT_TOKENS
+        .iter()
+        .position(|&(s, p)| (s * SLOT_CONTEXT + p) as usize == row)
 }
 
 fn run(ctx: &GpuContext, ds: &[Dispatch], tokens: u32) {
@@ -69,16 +102,20 @@ fn read(ctx: &GpuContext, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
     pollster::block_on(ctx.read_f32(b, 0, n as u64)).unwrap()
 }
 
-/// Worst |got - want| / (|want| + floor), with the index, for failure messages.
-fn assert_close(got: &[f32], want: &[f64], rel: f64, floor: f64, what: &str) {
+/// Every |got - want| / (|want| + floor) within `rel`, with the index for failure messages;
+/// returns the worst.
+fn assert_close(got: &[f32], want: &[f64], rel: f64, floor: f64, what: &str) -> f64 {
     assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = 0f64;
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let err = (g as f64 - w).abs() / (w.abs() + floor);
         assert!(
             err <= rel && g.is_finite(),
             "{what}: index {i}: got {g}, want {w} (rel err {err:.2e} > {rel:.0e})"
         );
+        worst = worst.max(err);
     }
+    worst
 }
 
 const WEIGHT_TYPES: &[GgmlType] = lilypad_engine::weights::SUPPORTED;
@@ -349,6 +386,63 @@ fn matvec_into_cache_rows() {
     }
 }
 
+/// K/V of a batched step straight into a cache of 3 sequence slots: token t writes row
+/// slot · context + position of its own sequence (`SLOT_TOKENS`, interleaved, a partial
+/// second tile); every other row keeps its sentinel. Block and k-quant weights, every layout,
+/// decode and prefill tiles. Tolerance as above (1e-5 of Σ|w·x| + 1e-6).
+#[test]
+fn matvec_into_cache_rows_of_slots() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let tokens = SLOT_TOKENS.len();
+    let cache_rows = 3 * SLOT_CONTEXT as usize;
+    let s = step_of(&ctx, Step::batch(&SLOT_TOKENS, SLOT_CONTEXT));
+    let mut worst = 0f64;
+    for ty in [GgmlType::Q4_1, GgmlType::Q4K] {
+        let (rows, cols) = (45usize, test_cols(ty, 5, 1));
+        let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
+        let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, None).unwrap();
+        let x = randn(&mut r, tokens * cols, 1.0);
+        let (want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
+        for layout in MATVEC_LAYOUTS {
+            for tile in [1, ops::matvec::PREFILL_TILE] {
+                let sentinel = -3.25f32;
+                let cache = buf_f32(&ctx, &vec![sentinel; cache_rows * rows]);
+                let ds = ops::matvec::matvec_with(
+                    &ctx,
+                    layout,
+                    &w,
+                    &buf_f32(&ctx, &x),
+                    &cache,
+                    rows as u32,
+                    &s,
+                    tile,
+                    false,
+                    true,
+                )
+                .unwrap();
+                run(&ctx, &ds, tokens as u32);
+                let got = read(&ctx, &cache, cache_rows * rows);
+                for (i, &g) in got.iter().enumerate() {
+                    let (row, j) = (i / rows, i % rows);
+                    let what = format!("{ty:?} {layout:?} tile {tile}: cache row {row} col {j}");
+                    match slot_token_at(row) {
+                        Some(t) => {
+                            let k = t * rows + j;
+                            let err = (g as f64 - want[k]).abs();
+                            let bound = 1e-5 * mag[k] + 1e-6;
+                            assert!(err <= bound, "{what} (token {t}): {g} want {}", want[k]);
+                            worst = worst.max(err / bound);
+                        }
+                        None => assert_eq!(g, sentinel, "{what} was overwritten"),
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("matvec into cache rows of slots: max error {worst:.2} of the bound");
+}
+
 /// Shapes the kernels cannot run are typed errors, not panics or garbage: columns that are
 /// not whole 8-weight units (at upload), y rows narrower than W, a tile of 0 tokens.
 #[test]
@@ -469,6 +563,83 @@ fn rms_norm_into_cache_matches_reference() {
     assert_close(&got, &want, 1e-5, 1e-4, "rms_norm into cache rows");
 }
 
+/// Per-head RMSNorm of a batched step written into a cache of 3 sequence slots: token t's
+/// heads land in row slot · context + position of its own sequence (`SLOT_TOKENS`); the other
+/// rows keep their sentinel. Tolerance 1e-5 relative.
+#[test]
+fn rms_norm_into_cache_rows_of_slots() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let (n, groups) = (32u32, 3u32);
+    let tokens = SLOT_TOKENS.len() as u32;
+    let rows = 3 * SLOT_CONTEXT as usize;
+    let x = randn(&mut r, (tokens * groups * n) as usize, 3.0);
+    let w = randn(&mut r, n as usize, 2.0);
+    let row = (groups * n) as usize;
+    let sentinel = 7.5f32;
+    let cache = buf_f32(&ctx, &vec![sentinel; rows * row]);
+    let s = step_of(&ctx, Step::batch(&SLOT_TOKENS, SLOT_CONTEXT));
+    let eps = 1e-6;
+    run(
+        &ctx,
+        &[ops::rms_norm::rms_norm_to_cache(
+            &ctx,
+            &buf_f32(&ctx, &x),
+            &buf_f32(&ctx, &w),
+            &cache,
+            n,
+            groups,
+            eps,
+            &s,
+        )
+        .unwrap()],
+        tokens,
+    );
+    let got = read(&ctx, &cache, rows * row);
+    let mut want = vec![sentinel as f64; rows * row];
+    for (i, xs) in x.chunks_exact(n as usize).enumerate() {
+        let (t, g) = (i / groups as usize, i % groups as usize);
+        let (slot, pos) = SLOT_TOKENS[t];
+        let ms = xs.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+        let sc = 1.0 / (ms + eps as f64).sqrt();
+        let out = (slot * SLOT_CONTEXT + pos) as usize * row + g * n as usize;
+        for j in 0..n as usize {
+            want[out + j] = xs[j] as f64 * sc * w[j] as f64;
+        }
+    }
+    let worst = assert_close(&got, &want, 1e-5, 1e-4, "rms_norm into cache rows of slots");
+    eprintln!("rms_norm into cache rows of slots: max rel err {worst:.2e}");
+}
+
+/// x rotated in f64 at the given (row of x, position) pairs; other rows as they were.
+fn rope_reference(
+    x: &[f32],
+    rows_at: &[(u32, u32)],
+    heads: u32,
+    hd: u32,
+    n_rot: u32,
+    mode: RopeMode,
+    base: f64,
+) -> Vec<f64> {
+    let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    for &(row, pos) in rows_at {
+        for h in 0..heads {
+            let b = ((row * heads + h) * hd) as usize;
+            for i in 0..(n_rot / 2) as usize {
+                let theta = pos as f64 * base.powf(-2.0 * i as f64 / n_rot as f64);
+                let (i0, i1) = match mode {
+                    RopeMode::Interleaved => (b + 2 * i, b + 2 * i + 1),
+                    RopeMode::Neox => (b + i, b + i + n_rot as usize / 2),
+                };
+                let (a, c) = (x[i0] as f64, x[i1] as f64);
+                want[i0] = a * theta.cos() - c * theta.sin();
+                want[i1] = a * theta.sin() + c * theta.cos();
+            }
+        }
+    }
+    want
+}
+
 /// RoPE, both pair layouts, partial rotation, nonzero start position, and in-cache rows.
 /// Tolerance 2e-5 absolute on unit-scale inputs (f32 sin/cos of angles up to ~300 rad).
 #[test]
@@ -505,24 +676,10 @@ fn rope_matches_reference() {
             tokens,
         );
         let got = read(&ctx, &xb, len);
-        let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-        for t in 0..tokens {
-            let row = if in_cache { pos0 + t } else { t };
-            let pos = (pos0 + t) as f64;
-            for h in 0..heads {
-                let b = ((row * heads + h) * hd) as usize;
-                for i in 0..(n_rot / 2) as usize {
-                    let theta = pos * base.powf(-2.0 * i as f64 / n_rot as f64);
-                    let (i0, i1) = match mode {
-                        RopeMode::Interleaved => (b + 2 * i, b + 2 * i + 1),
-                        RopeMode::Neox => (b + i, b + i + n_rot as usize / 2),
-                    };
-                    let (a, c) = (x[i0] as f64, x[i1] as f64);
-                    want[i0] = a * theta.cos() - c * theta.sin();
-                    want[i1] = a * theta.sin() + c * theta.cos();
-                }
-            }
-        }
+        let rows_at: Vec<(u32, u32)> = (0..tokens)
+            .map(|t| (if in_cache { pos0 + t } else { t }, pos0 + t))
+            .collect();
+        let want = rope_reference(&x, &rows_at, heads, hd, n_rot, mode, base);
         for i in 0..len {
             let err = (got[i] as f64 - want[i]).abs();
             assert!(
@@ -533,6 +690,121 @@ fn rope_matches_reference() {
             );
         }
     }
+}
+
+/// RoPE of a batched step, each token at its own position (tokens of three sequences,
+/// interleaved, positions 0 to 291 in no order): in place on the step's rows, and in a cache of
+/// 3 slots × 300 rows where token t rotates row slot · 300 + position of its own sequence and
+/// every other row stays as it was. Both pair layouts, partial rotation. Tolerance as above
+/// (2e-4 absolute).
+#[test]
+fn rope_per_token_positions_match_reference() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let context = 300u32;
+    let tokens_at = [
+        (0u32, 290u32),
+        (2, 3),
+        (1, 100),
+        (2, 4),
+        (0, 291),
+        (1, 0),
+        (2, 5),
+        (0, 17),
+        (1, 101),
+    ];
+    let tokens = tokens_at.len() as u32;
+    let s = step_of(&ctx, Step::batch(&tokens_at, context));
+    let base = 10_000.0f64;
+    let mut worst = 0f64;
+    for &(mode, heads, hd, n_rot, in_cache) in &[
+        (RopeMode::Interleaved, 3u32, 64u32, 64u32, false),
+        (RopeMode::Interleaved, 2, 40, 40, true),
+        (RopeMode::Neox, 5, 64, 16, false),
+        (RopeMode::Neox, 2, 256, 64, true),
+    ] {
+        let rows = if in_cache { 3 * context } else { tokens };
+        let len = (rows * heads * hd) as usize;
+        let x = randn(&mut r, len, 1.0);
+        let xb = buf_f32(&ctx, &x);
+        let freqs = ops::rope::frequencies(base, n_rot);
+        run(
+            &ctx,
+            &[ops::rope::rope(
+                &ctx,
+                &xb,
+                &buf_f32(&ctx, &freqs),
+                heads,
+                hd,
+                n_rot,
+                mode,
+                in_cache,
+                &s,
+            )
+            .unwrap()],
+            tokens,
+        );
+        let got = read(&ctx, &xb, len);
+        let rows_at: Vec<(u32, u32)> = (0..tokens)
+            .zip(tokens_at)
+            .map(|(t, (slot, pos))| (if in_cache { slot * context + pos } else { t }, pos))
+            .collect();
+        let want = rope_reference(&x, &rows_at, heads, hd, n_rot, mode, base);
+        for i in 0..len {
+            let err = (got[i] as f64 - want[i]).abs();
+            assert!(
+                err < 2e-4,
+                "rope per token {mode:?} hd={hd} n_rot={n_rot} in cache {in_cache}: x[{i}] (row {}) {} vs {} (err {err:.1e})",
+                i / (heads * hd) as usize,
+                got[i],
+                want[i]
+            );
+            worst = worst.max(err);
+        }
+    }
+    eprintln!("rope per-token positions: max abs err {worst:.2e}");
+}
+
+/// f64 GQA: token t, at position pos of the sequence whose cache rows start at `first`
+/// (`seen[t]` = (first, pos)), attends over cache rows first ..= first + pos.
+#[allow(clippy::too_many_arguments)]
+fn attention_reference(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    seen: &[(usize, usize)],
+    nh: usize,
+    nkv: usize,
+    hd: usize,
+    scale: f32,
+) -> Vec<f64> {
+    let mut want = vec![0f64; seen.len() * nh * hd];
+    for (t, &(first, pos)) in seen.iter().enumerate() {
+        let rows = first..=first + pos;
+        for h in 0..nh {
+            let kh = h / (nh / nkv);
+            let qv = &q[(t * nh + h) * hd..][..hd];
+            let scores: Vec<f64> = rows
+                .clone()
+                .map(|p| {
+                    (0..hd)
+                        .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd + d] as f64)
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+            for d in 0..hd {
+                want[(t * nh + h) * hd + d] = rows
+                    .clone()
+                    .zip(&scores)
+                    .map(|(p, s)| (s - m).exp() / z * v[(p * nkv + kh) * hd + d] as f64)
+                    .sum();
+            }
+        }
+    }
+    want
 }
 
 /// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
@@ -581,29 +853,10 @@ fn attention_matches_reference() {
             .unwrap();
             run(&ctx, &[d], tokens);
             let got = read(&ctx, &out, q.len());
-            let mut want = vec![0f64; q.len()];
-            for t in 0..tokens as usize {
-                let n_pos = pos0 as usize + t + 1;
-                for h in 0..nh {
-                    let kh = h / (nh / nkv);
-                    let qv = &q[(t * nh + h) * hd_..][..hd_];
-                    let scores: Vec<f64> = (0..n_pos)
-                        .map(|p| {
-                            (0..hd_)
-                                .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd_ + d] as f64)
-                                .sum::<f64>()
-                                * scale as f64
-                        })
-                        .collect();
-                    let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-                    let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
-                    for d in 0..hd_ {
-                        want[(t * nh + h) * hd_ + d] = (0..n_pos)
-                            .map(|p| (scores[p] - m).exp() / z * v[(p * nkv + kh) * hd_ + d] as f64)
-                            .sum();
-                    }
-                }
-            }
+            let seen: Vec<(usize, usize)> = (0..tokens as usize)
+                .map(|t| (0, pos0 as usize + t))
+                .collect();
+            let want = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
             assert_close(
                 &got,
                 &want,
@@ -615,6 +868,90 @@ fn attention_matches_reference() {
             );
         }
     }
+}
+
+/// Attention of batched steps over a cache of 3 sequence slots × 100 rows, random everywhere:
+/// each token sees only its own slot's rows 0 ..= its position. Steps: tokens of the three
+/// sequences interleaved (both 8-token workgroups of the per-thread layout mix sequences, so
+/// lanes read their own rows; positions 0 and 99, the cache's last row, among them); a run of 8
+/// tokens of slot 2 (one workgroup shares its rows) then a mixed tail; and 11 tokens of the
+/// sequence in slot 1 from position 60 (`Step::for_sequence`, a prefill in a slot past the
+/// first). Every layout, head dims 64, 40 and 128 with grouped and plain heads. Tolerance as
+/// above (1e-4 of |want| + 0.01).
+#[test]
+fn attention_batched_sequences_match_reference() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let context = 100u32;
+    let interleaved = [
+        (0u32, 70u32),
+        (1, 5),
+        (2, 40),
+        (0, 71),
+        (2, 41),
+        (1, 6),
+        (0, 72),
+        (2, 99),
+        (1, 0),
+        (0, 73),
+    ];
+    let mut run_then_mixed: Vec<(u32, u32)> = (30..38).map(|p| (2, p)).collect();
+    run_then_mixed.extend([(1, 60), (0, 90), (1, 61)]);
+    let steps = [
+        ("interleaved", Step::batch(&interleaved, context)),
+        (
+            "8 of slot 2 then mixed",
+            Step::batch(&run_then_mixed, context),
+        ),
+        ("slot 1 prefill", Step::for_sequence(11, 60, 1, context)),
+    ];
+    let mut worst = 0f64;
+    for &(n_head, n_kv, hd) in &[(6u32, 2u32, 64u32), (4, 4, 40), (2, 1, 128)] {
+        let (hd_, nkv, nh) = (hd as usize, n_kv as usize, n_head as usize);
+        let cache_len = 3 * context as usize * nkv * hd_;
+        let k = randn(&mut r, cache_len, 1.0);
+        let v = randn(&mut r, cache_len, 1.0);
+        let (kb, vb) = (buf_f32(&ctx, &k), buf_f32(&ctx, &v));
+        let scale = 1.0 / (hd as f32).sqrt();
+        for (name, st) in &steps {
+            let tokens = st.n_tokens;
+            let q = randn(&mut r, tokens as usize * nh * hd_, 1.0);
+            let qb = buf_f32(&ctx, &q);
+            let s = step_of(&ctx, *st);
+            let seen: Vec<(usize, usize)> = st.tok[..tokens as usize]
+                .iter()
+                .map(|&[pos, row, slot, _]| {
+                    assert_eq!(row, slot * context + pos);
+                    ((slot * context) as usize, pos as usize)
+                })
+                .collect();
+            let want = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
+            for layout in [
+                AttentionLayout::PerThread { subgroups: true },
+                AttentionLayout::PerThread { subgroups: false },
+                AttentionLayout::PerWorkgroup,
+            ] {
+                let out = ctx
+                    .storage_buffer("out", q.len() as u64 * 4, wgpu::BufferUsages::empty())
+                    .unwrap();
+                let d = ops::attention::attention(
+                    &ctx, layout, &qb, &kb, &vb, &out, n_head, n_kv, hd, scale, &s,
+                )
+                .unwrap();
+                run(&ctx, &[d], tokens);
+                let got = read(&ctx, &out, q.len());
+                let err = assert_close(
+                    &got,
+                    &want,
+                    1e-4,
+                    1e-2,
+                    &format!("attention {layout:?} heads {n_head}/{n_kv} hd {hd}: {name}"),
+                );
+                worst = worst.max(err);
+            }
+        }
+    }
+    eprintln!("attention batched sequences: max rel err {worst:.2e} (floor 1e-2)");
 }
 
 /// Softmax and log-softmax rows. Tolerance 1e-5 relative.

@@ -2,8 +2,9 @@
 //! the DeltaNet causal conv, the gated delta rule (recurrent and chunked), the gated RMSNorm,
 //! and the gated full-attention extras (query/gate split, per-head QK norm, partial NeoX RoPE,
 //! sigmoid output gate). Formulas and layouts follow tests/fixtures/qwen/README.md. Shapes are
-//! not multiples of the workgroup sizes, value heads come two per key head, and state is carried
-//! across calls. Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
+//! not multiples of the workgroup sizes, value heads come two per key head, state is carried
+//! across calls, and one step may hold tokens of several sequence slots, each with its own
+//! state. Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
 
 use std::sync::Arc;
 
@@ -38,8 +39,14 @@ impl Gpu {
     }
 
     fn step(&self, n_tokens: usize, pos0: usize) -> wgpu::Buffer {
+        self.step_of(Step::new(n_tokens as u32, pos0 as u32))
+    }
+
+    /// A step buffer holding `s` (tokens of several sequences: `Step::batch`,
+    /// `Step::for_sequence`).
+    fn step_of(&self, s: Step) -> wgpu::Buffer {
         let b = ops::step_buffer(&self.0);
-        ops::write_step(&self.0, &b, Step::new(n_tokens as u32, pos0 as u32));
+        ops::write_step(&self.0, &b, s);
         b
     }
 
@@ -210,6 +217,115 @@ fn conv1d_matches_reference() {
     }
 }
 
+/// KV-cache rows per sequence slot in the batched tests' steps (conv1d and the delta rule read
+/// only the slot).
+const SLOT_CONTEXT: u32 = 256;
+
+/// (slot, position) per token for a batched step: each slot's tokens at consecutive positions
+/// from 3 + 10 · slot.
+fn slot_tokens(slots: &[usize]) -> Vec<(u32, u32)> {
+    let mut next = [0u32; 8];
+    slots
+        .iter()
+        .map(|&s| {
+            next[s] += 1;
+            (s as u32, 3 + 10 * s as u32 + next[s] - 1)
+        })
+        .collect()
+}
+
+/// Tokens of several sequences in one step (batched decode) over a state of 4 slots
+/// [slots, taps − 1, ch], each slot with its own random state: token t convolves with its own
+/// slot's window, switching slot mid-step (slots interleaved, the first token not of slot 0).
+/// Against each slot's tokens run in order on its own state (f64), and bit for bit against one
+/// GPU step per token (`Step::for_sequence`); slots no token uses keep their state bit for bit.
+/// Tolerance as above (1e-5 relative + 0.1; states exact).
+#[test]
+fn conv1d_batched_slots_match_reference() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    const SLOTS: usize = 4;
+    let mut worst = 0f64;
+    for &(ch, taps, slots) in &[
+        (300usize, 4usize, &[0usize, 2, 0, 1, 2, 2, 0][..]),
+        (37, 2, &[2, 0, 0, 2, 0][..]),
+        (128, 4, &[1, 2, 0, 1, 0, 2, 2, 1, 0, 1, 1][..]),
+    ] {
+        let what = format!("conv1d batched ch={ch} taps={taps} slots {slots:?}");
+        let n = slots.len();
+        let slot_len = (taps - 1) * ch;
+        let x = uniform(&mut r, n * ch, -2.0, 2.0);
+        let w = uniform(&mut r, ch * taps, -1.0, 1.0);
+        let state0 = uniform(&mut r, SLOTS * slot_len, -2.0, 2.0);
+        let mut want = vec![0.0; n * ch];
+        let mut want_state = wide(&state0);
+        for s in 0..SLOTS {
+            let mine: Vec<usize> = (0..n).filter(|&t| slots[t] == s).collect();
+            let xs: Vec<f64> = mine
+                .iter()
+                .flat_map(|&t| wide(&x[t * ch..][..ch]))
+                .collect();
+            let st = &mut want_state[s * slot_len..][..slot_len];
+            let (y, new_state) = conv_reference(&xs, &w, st, ch, taps);
+            st.copy_from_slice(&new_state);
+            for (i, &t) in mine.iter().enumerate() {
+                want[t * ch..][..ch].copy_from_slice(&y[i * ch..][..ch]);
+            }
+        }
+        let toks = slot_tokens(slots);
+        let wb = gpu.upload(&w);
+        // One batched step, then one step per token.
+        let mut runs = Vec::new();
+        for batched in [true, false] {
+            let state = gpu.upload(&state0);
+            let mut got = Vec::new();
+            let steps: Vec<(usize, usize, Step)> = if batched {
+                vec![(0, n, Step::batch(&toks, SLOT_CONTEXT))]
+            } else {
+                (0..n)
+                    .map(|t| {
+                        let (slot, pos) = toks[t];
+                        (t, 1, Step::for_sequence(1, pos, slot, SLOT_CONTEXT))
+                    })
+                    .collect()
+            };
+            for (t0, k, st) in steps {
+                let xb = gpu.upload(&x[t0 * ch..(t0 + k) * ch]);
+                let y = gpu.zeros(k * ch);
+                let s = gpu.step_of(st);
+                let d =
+                    ops::conv1d::conv1d(&gpu.0, &xb, &wb, &state, &y, ch as u32, taps as u32, &s);
+                gpu.run(&[d.unwrap()], k);
+                got.extend(gpu.read(&y, k * ch));
+            }
+            let got_state = gpu.read(&state, SLOTS * slot_len);
+            worst = worst.max(check(&got, &want, 1e-5, 0.1, &what));
+            check(
+                &got_state,
+                &want_state,
+                0.0,
+                1.0,
+                &format!("{what}: state of every slot"),
+            );
+            for s in 0..SLOTS {
+                let range = s * slot_len..(s + 1) * slot_len;
+                if !slots.contains(&s) {
+                    assert!(
+                        same_bits(&got_state[range.clone()], &state0[range]),
+                        "{what}: slot {s}, used by no token, changed"
+                    );
+                }
+            }
+            runs.push((got, got_state));
+        }
+        assert!(
+            same_bits(&runs[0].0, &runs[1].0) && same_bits(&runs[0].1, &runs[1].1),
+            "{what}: a batched step and one step per token differ"
+        );
+    }
+    eprintln!("conv1d batched slots: max rel err {worst:.2e} (floor 1e-1)");
+}
+
 // ---- gated delta rule ----
 
 /// One random DeltaNet layer input over `n` tokens.
@@ -241,8 +357,15 @@ impl DeltaCase {
         }
     }
 
-    /// The README's recurrence in f64 over tokens [0, n): the outputs [n, n_v, d_v].
+    /// The README's recurrence in f64 over tokens [0, n) from `state0`: the outputs [n, n_v, d_v].
     fn reference(&self) -> Vec<f64> {
+        let all: Vec<usize> = (0..self.n).collect();
+        self.reference_on(&all, &mut wide(&self.state0))
+    }
+
+    /// The recurrence over the tokens `tokens` (indices into this case's inputs, in this order)
+    /// on `st` [n_v, d_k, d_v], updated in place: their outputs [tokens, n_v, d_v].
+    fn reference_on(&self, tokens: &[usize], st: &mut [f64]) -> Vec<f64> {
         let DeltaNetShape {
             n_k,
             n_v,
@@ -252,14 +375,13 @@ impl DeltaCase {
         } = self.shape;
         let (nk, nv, dk, dv) = (n_k as usize, n_v as usize, d_k as usize, d_v as usize);
         let row = self.shape.qkv_len() as usize;
-        let mut st = wide(&self.state0);
-        let mut out = vec![0.0; self.n * nv * dv];
+        let mut out = vec![0.0; tokens.len() * nv * dv];
         let l2 = |x: &[f32], scale: f64| -> Vec<f64> {
             let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
             let inv = 1.0 / (ss + eps as f64).sqrt() * scale;
             x.iter().map(|&v| v as f64 * inv).collect()
         };
-        for t in 0..self.n {
+        for (o, &t) in tokens.iter().enumerate() {
             let c = &self.qkv[t * row..][..row];
             for s in 0..nv {
                 let j = s % nk;
@@ -277,7 +399,7 @@ impl DeltaCase {
                     for i in 0..dk {
                         sm[i * dv + col] += k[i] * delta;
                     }
-                    out[(t * nv + s) * dv + col] = (0..dk).map(|i| sm[i * dv + col] * q[i]).sum();
+                    out[(o * nv + s) * dv + col] = (0..dk).map(|i| sm[i * dv + col] * q[i]).sum();
                 }
             }
         }
@@ -287,10 +409,22 @@ impl DeltaCase {
     /// Runs the steps `split` (token counts), each recurrent (false) or chunked (true), over one
     /// state buffer; returns all outputs.
     fn run(&self, gpu: &Gpu, split: &[(usize, bool)]) -> Vec<f32> {
+        let state = gpu.upload(&self.state0);
+        self.run_on(gpu, &state, split, |t0, n| Step::new(n as u32, t0 as u32))
+    }
+
+    /// [`DeltaCase::run`] on a given state buffer, the step of tokens t0 .. t0 + n being
+    /// `step(t0, n)`.
+    fn run_on(
+        &self,
+        gpu: &Gpu,
+        state: &wgpu::Buffer,
+        split: &[(usize, bool)],
+        step: impl Fn(usize, usize) -> Step,
+    ) -> Vec<f32> {
         let sh = &self.shape;
         let (nv, row, dv) = (sh.n_v as usize, sh.qkv_len() as usize, sh.d_v as usize);
         let (a, dt_bias) = (gpu.upload(&self.a), gpu.upload(&self.dt_bias));
-        let state = gpu.upload(&self.state0);
         let max_tokens = split.iter().map(|s| s.0).max().unwrap_or(1) as u32;
         let scratch = gpu.zeros(sh.chunk_scratch_bytes(max_tokens) as usize / 4);
         let mut got = Vec::new();
@@ -307,15 +441,15 @@ impl DeltaCase {
                 dt_bias: &dt_bias,
             };
             let out = gpu.zeros(n * nv * dv);
-            let s = gpu.step(n, t0);
+            let s = gpu.step_of(step(t0, n));
             let ds: Vec<Dispatch> = if chunked {
                 delta_net::delta_net_chunked(
-                    &gpu.0, sh, &inputs, &state, &out, &scratch, max_tokens, &s,
+                    &gpu.0, sh, &inputs, state, &out, &scratch, max_tokens, &s,
                 )
                 .unwrap()
                 .into()
             } else {
-                vec![delta_net::delta_net(&gpu.0, sh, &inputs, &state, &out, &s).unwrap()]
+                vec![delta_net::delta_net(&gpu.0, sh, &inputs, state, &out, &s).unwrap()]
             };
             gpu.run(&ds, n);
             got.extend(gpu.read(&out, n * nv * dv));
@@ -402,6 +536,111 @@ fn delta_net_chunked_matches_recurrent() {
         ];
         let mixed = case.run(&gpu, &split);
         check_delta(&mixed, &want, format!("{what} 1 + 32 + 3 + 70 + 1 + 43"));
+    }
+}
+
+/// Tokens of three sequences interleaved in one recurrent step (slots 2, 0, 2, 1, 0, 0, then 18
+/// drawn at random from 0..3) over a state buffer of 4 slots [slots, n_v, d_k, d_v], each with
+/// its own random state: every token's output, and every slot's final state, equal its slot's
+/// tokens run in order on that slot's state (the f64 recurrence); slot 3, used by no token,
+/// keeps its state bit for bit; one GPU step per token (`Step::for_sequence`) gives the same
+/// bits. Tolerance as above (outputs and states).
+#[test]
+fn delta_net_recurrent_batched_slots_match_reference() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    const SLOTS: usize = 4;
+    let n = 24;
+    for shape in deltanet_shapes() {
+        let what = format!("delta_net batched {shape:?}");
+        let case = DeltaCase::new(&mut r, shape, n);
+        let mut slots = vec![2usize, 0, 2, 1, 0, 0];
+        while slots.len() < n {
+            slots.push(r.random_range(0..3));
+        }
+        let (nv, dv) = (shape.n_v as usize, shape.d_v as usize);
+        let len = shape.state_len() as usize;
+        let state0 = uniform(&mut r, SLOTS * len, -0.5, 0.5);
+        let mut want = vec![0.0; n * nv * dv];
+        let mut want_state = wide(&state0);
+        for s in 0..SLOTS {
+            let mine: Vec<usize> = (0..n).filter(|&t| slots[t] == s).collect();
+            let out = case.reference_on(&mine, &mut want_state[s * len..][..len]);
+            for (i, &t) in mine.iter().enumerate() {
+                want[t * nv * dv..][..nv * dv].copy_from_slice(&out[i * nv * dv..][..nv * dv]);
+            }
+        }
+        let toks = slot_tokens(&slots);
+        let state = gpu.upload(&state0);
+        let got = case.run_on(&gpu, &state, &[(n, false)], |_, _| {
+            Step::batch(&toks, SLOT_CONTEXT)
+        });
+        check_delta(&got, &want, format!("{what}: outputs, slots {slots:?}"));
+        let got_state = gpu.read(&state, SLOTS * len);
+        for s in 0..SLOTS {
+            let range = s * len..(s + 1) * len;
+            if slots.contains(&s) {
+                check_delta(
+                    &got_state[range.clone()],
+                    &want_state[range],
+                    format!("{what}: state of slot {s}"),
+                );
+            } else {
+                assert!(
+                    same_bits(&got_state[range.clone()], &state0[range]),
+                    "{what}: slot {s}, used by no token, changed"
+                );
+            }
+        }
+        let single = gpu.upload(&state0);
+        let one_by_one = case.run_on(&gpu, &single, &vec![(1, false); n], |t0, _| {
+            let (slot, pos) = toks[t0];
+            Step::for_sequence(1, pos, slot, SLOT_CONTEXT)
+        });
+        assert!(
+            same_bits(&got, &one_by_one) && same_bits(&got_state, &gpu.read(&single, SLOTS * len)),
+            "{what}: a batched step and one step per token differ"
+        );
+    }
+}
+
+/// The chunked form on the sequence in slot 1 of a state buffer of 3 slots, each with its own
+/// random state (`Step::for_sequence`): chunked steps across chunk boundaries mixed with
+/// recurrent steps on that slot (40 + 1 + 33 + 6 tokens), against the f64 recurrence from slot
+/// 1's state, outputs and final state; slots 0 and 2 keep their state bit for bit. Tolerance as
+/// above.
+#[test]
+fn delta_net_chunked_on_one_slot_of_several() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let n = 80;
+    for shape in deltanet_shapes() {
+        let what = format!("delta_net_chunked slot 1 {shape:?}");
+        let case = DeltaCase::new(&mut r, shape, n);
+        let len = shape.state_len() as usize;
+        let state0 = uniform(&mut r, 3 * len, -0.5, 0.5);
+        let mut want_state = wide(&state0[len..2 * len]);
+        let all: Vec<usize> = (0..n).collect();
+        let want = case.reference_on(&all, &mut want_state);
+        let state = gpu.upload(&state0);
+        let split = [(40, true), (1, false), (33, true), (6, false)];
+        let got = case.run_on(&gpu, &state, &split, |t0, k| {
+            Step::for_sequence(k as u32, t0 as u32, 1, SLOT_CONTEXT)
+        });
+        check_delta(&got, &want, format!("{what}: outputs"));
+        let got_state = gpu.read(&state, 3 * len);
+        check_delta(
+            &got_state[len..2 * len],
+            &want_state,
+            format!("{what}: state of slot 1"),
+        );
+        for s in [0, 2] {
+            let range = s * len..(s + 1) * len;
+            assert!(
+                same_bits(&got_state[range.clone()], &state0[range]),
+                "{what}: slot {s} changed"
+            );
+        }
     }
 }
 
