@@ -1,6 +1,9 @@
 // Row-wise softmax (or log-softmax with LOG) of n_rows rows of n values, one workgroup a row.
 // Max-subtracted for stability; sums reduce in a fixed tree order, so results are reproducible.
-// Macros: WG, LOG.
+// GATHER: only log p of one given column per row, y[row] = x[row, targets[row]] − logsumexp
+// (the log-probabilities of chosen tokens, without the whole rows leaving the GPU); rows run
+// along the grid's y (one per token of the step).
+// Macros: WG, LOG, GATHER.
 
 struct Params {
     n: u32,
@@ -10,12 +13,19 @@ struct Params {
 @group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> y: array<f32>;
 @group(0) @binding(2) var<uniform> p: Params;
+#if GATHER
+@group(0) @binding(3) var<storage, read> targets: array<u32>;
+#endif
 
 var<workgroup> red: array<f32, WG>;
 
 @compute @workgroup_size(WG)
 fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+#if GATHER
+    let row = wid.y;
+#else
     let row = wid.x;
+#endif
     let live = row < p.n_rows;
     let base = row * p.n;
     var mx = -3.0e38;
@@ -49,6 +59,11 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     }
     workgroupBarrier();
     sum = red[0];
+#if GATHER
+    if live && tid == 0u {
+        y[row] = x[base + min(targets[row], p.n - 1u)] - mx - log(sum);
+    }
+#else
     if live {
         for (var i = tid; i < p.n; i += WG) {
 #if LOG
@@ -58,4 +73,5 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 #endif
         }
     }
+#endif
 }

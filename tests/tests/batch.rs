@@ -235,3 +235,71 @@ fn batch_sampling_uses_each_sequences_parameters() {
     assert!(matches!(err, EngineError::Sequence(_)), "{err}");
     assert!(m.fork(0, 0).is_err() && m.fork(0, 4).is_err());
 }
+
+/// `ChatSession::complete_many`: n samples of one chat request decoded together equal n
+/// single-sequence generations with seeds seed, seed + 1, … (greedy: n equal answers).
+#[test]
+fn chat_samples_equal_single_generations() {
+    use lilypad_agent::{Message, Request, Sampling};
+    use lilypad_chat::ChatSession;
+    use lilypad_tokenizer::TextTokenizer;
+
+    let (file, src) = open(MODELS[2]);
+    let opts = ModelOptions {
+        context: Some(128),
+        max_batch: 16,
+        sequences: 3,
+        ..Default::default()
+    };
+    let Some(model) = load_model(&file, &src, &opts) else {
+        return;
+    };
+    let tok = TextTokenizer::from_gguf(&file.metadata).unwrap();
+    let mut chat = ChatSession::new(model, tok, "qwen35-tiny").unwrap();
+    let messages = [Message::user("The river carried boats of salt.")];
+    for sampling in [
+        Sampling {
+            temperature: 0.0,
+            ..Sampling::default()
+        },
+        Sampling {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 5,
+        },
+    ] {
+        let request = Request {
+            messages: &messages,
+            tools: &[],
+            sampling,
+            max_tokens: 10,
+            enable_thinking: false,
+        };
+        let many = pollster::block_on(chat.complete_many(&request, 3)).unwrap();
+        let prompt = chat.prompt_text(&request).unwrap();
+        for (i, (completion, tokens)) in many.iter().enumerate() {
+            let one = Sampling {
+                seed: sampling.seed + i as u64,
+                ..sampling
+            };
+            let (single, single_tokens) =
+                pollster::block_on(chat.complete_prompt(&prompt, one, 10, &mut |_| true)).unwrap();
+            assert_eq!(
+                tokens, &single_tokens,
+                "sample {i} at temperature {}",
+                sampling.temperature
+            );
+            assert_eq!(completion.text, single.text);
+            assert_eq!(completion.finish, single.finish);
+        }
+        if sampling.temperature == 0.0 {
+            assert!(many.iter().all(|(_, t)| t == &many[0].1));
+        } else {
+            assert!(
+                many.iter().any(|(_, t)| t != &many[0].1),
+                "different seeds, different samples"
+            );
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use lilypad_agent::{
     Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling, TokenSink,
 };
-use lilypad_engine::{EngineError, Model, SamplingParams};
+use lilypad_engine::{Batch, BatchEvent, DoneReason, EngineError, Model, SamplingParams};
 use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
 use serde_json::Value;
 use web_time::Instant;
@@ -53,6 +53,13 @@ impl ChatSession {
         &self.model
     }
 
+    /// The model, to change it (apply or remove a LoRA adapter, say). The cached conversation is
+    /// forgotten: what the model computed for it no longer holds once its weights change.
+    pub fn model_mut(&mut self) -> &mut Model {
+        self.previous = None;
+        &mut self.model
+    }
+
     pub fn tokenizer(&self) -> &TextTokenizer {
         &self.tok
     }
@@ -86,6 +93,67 @@ impl ChatSession {
             tokens.pop();
         }
         Ok((completion, tokens))
+    }
+
+    /// `n` samples of one request decoded together (GRPO's group, best-of-k): the prompt is
+    /// evaluated once and its state forked, sample i uses seed `sampling.seed + i`. The model
+    /// needs `n` sequence slots (`ModelOptions::sequences`). Returns each sample's completion
+    /// and generated token ids (end-of-turn token excluded); the cached conversation is reset.
+    pub async fn complete_many(&mut self, request: &Request<'_>, n: usize) -> Result<Vec<(Completion, Vec<u32>)>, ModelError> {
+        self.previous = None;
+        let text = self.render(request.messages, request.tools, true, request.enable_thinking)?;
+        let prompt = self.encode(&text)?;
+        let sp = SamplingParams {
+            temperature: request.sampling.temperature,
+            top_k: request.sampling.top_k,
+            top_p: request.sampling.top_p,
+            seed: request.sampling.seed,
+            ..SamplingParams::greedy()
+        };
+        let start = Instant::now();
+        let tok = &self.tok;
+        let mut batch = Batch::new(&mut self.model, |id| tok.is_stop(id));
+        let ids = batch.submit_group(&prompt, n, &sp, request.max_tokens).map_err(engine_error)?;
+        let mut tokens = vec![Vec::new(); n];
+        let mut finish = vec![FinishReason::Length; n];
+        let mut first = None;
+        while batch.pending() > 0 {
+            for event in batch.step().await.map_err(engine_error)? {
+                first.get_or_insert_with(Instant::now);
+                match event {
+                    BatchEvent::Token { request, token } => tokens[request - ids[0]].push(token),
+                    BatchEvent::Done { request, reason } => {
+                        finish[request - ids[0]] = match reason {
+                            DoneReason::Stop => FinishReason::Stop,
+                            DoneReason::MaxTokens => FinishReason::Length,
+                            DoneReason::ContextFull => FinishReason::ContextFull,
+                        }
+                    }
+                }
+            }
+        }
+        let (end, first) = (Instant::now(), first.unwrap_or(start));
+        tokens
+            .into_iter()
+            .zip(finish)
+            .map(|(mut t, finish)| {
+                let generated_tokens = t.len();
+                if t.last().is_some_and(|&id| self.tok.is_stop(id)) {
+                    t.pop();
+                }
+                let text = self.tok.decode(&t).map_err(|e| ModelError::Other(e.to_string()))?;
+                let completion = Completion {
+                    text,
+                    finish,
+                    prompt_tokens: prompt.len(),
+                    prefilled_tokens: prompt.len(),
+                    generated_tokens,
+                    prefill_ms: (first - start).as_secs_f64() * 1e3,
+                    decode_ms: (end - first).as_secs_f64() * 1e3,
+                };
+                Ok((completion, t))
+            })
+            .collect()
     }
 
     /// Generates after `prompt`, streaming text to `on_text`; returns the completion and every

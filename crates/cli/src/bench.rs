@@ -8,7 +8,7 @@ use anyhow::Result;
 use lilypad_engine::kernels::Dispatch;
 use lilypad_engine::ops::{self, Step};
 use lilypad_engine::weights::GpuWeight;
-use lilypad_engine::{GpuContext, Logits, Model, SamplingParams};
+use lilypad_engine::{BatchToken, GpuContext, Logits, Model, SamplingParams};
 use lilypad_gguf::{ByteSource, GgufFile};
 use lilypad_tokenizer::TextTokenizer;
 
@@ -258,4 +258,77 @@ fn print_profile(what: &str, times: &[(&str, f64)]) {
             100.0 * t / total
         );
     }
+}
+
+/// `lilypad bench --batch 1,2,4,8`: total decode tokens/s with B sequences decoded together,
+/// measured in one run. Each B starts from one prefilled prompt forked into B slots (the
+/// fork is timed too), then `gen_tokens` batched greedy steps.
+pub fn run_batch(
+    model: &mut Model,
+    tok: &TextTokenizer,
+    sizes: &[u32],
+    prompt_tokens: usize,
+    gen_tokens: usize,
+) -> Result<()> {
+    let ctx = model.gpu().clone();
+    println!("adapter: {}", ctx.adapter);
+    let seed_text = "The quick brown fox jumps over the lazy dog. ";
+    let mut prompt = tok.encode(&seed_text.repeat(prompt_tokens / 8 + 1), true)?;
+    let room = (model.context as usize)
+        .saturating_sub(gen_tokens + 2)
+        .max(1);
+    prompt.truncate(prompt_tokens.min(room).max(1));
+    let greedy = SamplingParams::greedy();
+    println!(
+        "prompt {} tokens, {gen_tokens} decode steps per batch size; GPU memory: {}",
+        prompt.len(),
+        model.plan
+    );
+    println!(
+        "{:>5} {:>10} {:>12} {:>12} {:>14} {:>9}",
+        "batch", "fork ms", "ms/step", "tok/s", "tok/s per seq", "vs B=1"
+    );
+    let mut base = None;
+    for &b in sizes {
+        for s in 0..model.sequences() {
+            model.release(s);
+        }
+        pollster::block_on(model.eval_sequence(0, &prompt, Logits::None))?;
+        let t = Instant::now();
+        for s in 1..b {
+            model.fork(0, s)?;
+        }
+        ctx.wait()?;
+        let fork_ms = t.elapsed().as_secs_f64() * 1e3;
+        let mut next: Vec<u32> = vec![prompt[prompt.len() - 1]; b as usize];
+        let histories: Vec<Vec<u32>> = vec![prompt.clone(); b as usize];
+        // One untimed step (pipelines, first-use costs), then the timed ones.
+        let mut step = |next: &mut Vec<u32>| -> Result<()> {
+            let items: Vec<BatchToken> = (0..b)
+                .map(|s| BatchToken {
+                    seq: s,
+                    token: next[s as usize],
+                    params: &greedy,
+                    u: 0.0,
+                    history: &histories[s as usize],
+                })
+                .collect();
+            *next = pollster::block_on(model.sample_batch(&items))?;
+            Ok(())
+        };
+        step(&mut next)?;
+        let t = Instant::now();
+        for _ in 0..gen_tokens {
+            step(&mut next)?;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        let tps = (b as usize * gen_tokens) as f64 / secs;
+        let ratio = tps / *base.get_or_insert(tps);
+        println!(
+            "{b:>5} {fork_ms:>10.2} {:>12.1} {tps:>12.1} {:>14.1} {ratio:>8.2}x",
+            secs * 1e3 / gen_tokens as f64,
+            tps / b as f64
+        );
+    }
+    Ok(())
 }

@@ -108,6 +108,10 @@ enum Command {
         /// Also time each kernel of one prefill step and one decode step on its own.
         #[arg(long)]
         profile: bool,
+        /// Only batched decode: total tokens/s with each of these numbers of sequences
+        /// decoded together (e.g. 1,2,4,8,16), measured in one run.
+        #[arg(long, value_delimiter = ',', value_name = "SIZES")]
+        batch: Vec<u32>,
     },
     /// List GPU adapters (pick one with LILYPAD_ADAPTER=name-or-index).
     Adapters,
@@ -257,7 +261,17 @@ fn run(cli: Cli) -> Result<()> {
             prompt_tokens,
             gen_tokens,
             profile,
+            batch,
         } => {
+            if !batch.is_empty() {
+                let max = ModelOptions::default().max_batch;
+                if let Some(b) = batch.iter().find(|&&b| b == 0 || b > max) {
+                    bail!("--batch {b}: batch sizes go from 1 to {max}");
+                }
+                let sequences = batch.iter().copied().max().unwrap_or(1);
+                let mut lm = Loaded::open_with_progress(&model, sequences, &mut |_| {})?;
+                return bench::run_batch(&mut lm.model, &lm.tok, &batch, prompt_tokens, gen_tokens);
+            }
             let mut lm = Loaded::open(&model)?;
             bench::run(
                 &mut lm.model,

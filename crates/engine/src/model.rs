@@ -143,6 +143,9 @@ struct Io {
     ids: wgpu::Buffer,
     /// The tokens sampled in a batched step, one u32 per sequence.
     sampled: wgpu::Buffer,
+    /// Per token of a step, the token whose log-probability is wanted, and that value.
+    targets: wgpu::Buffer,
+    log_probs: wgpu::Buffer,
     x_last: wgpu::Buffer,
     logits: wgpu::Buffer,
     step: wgpu::Buffer,
@@ -171,6 +174,8 @@ pub struct Model {
     batch_graph: Vec<Dispatch>,
     head_last: Vec<Dispatch>,
     head_all: Vec<Dispatch>,
+    /// log softmax(logits[t])[targets[t]] for each token of a step.
+    gather_log_probs: Dispatch,
     /// One per sequence slot (each samples its own logits row).
     samplers: Vec<Sampler>,
     arch: Box<dyn Forward>,
@@ -225,6 +230,8 @@ impl Model {
         let io = Io {
             ids: loader.f32s("token ids", max_batch as u64)?,
             sampled: loader.f32s("sampled tokens", max_batch as u64)?,
+            targets: loader.f32s("target tokens", max_batch as u64)?,
+            log_probs: loader.f32s("log probs", max_batch as u64)?,
             x_last: loader.f32s("last x", cfg.n_embd() as u64)?,
             logits: loader.f32s("logits", max_batch as u64 * cfg.vocab() as u64)?,
             step: ops::step_buffer(&ctx),
@@ -256,6 +263,14 @@ impl Model {
             false,
             false,
         )?;
+        let gather_log_probs = ops::softmax::gather_log_probs(
+            &ctx,
+            &io.logits,
+            &io.targets,
+            &io.log_probs,
+            cfg.vocab(),
+            max_batch,
+        )?;
         let samplers = (0..sequences)
             .map(|_| Sampler::new(&ctx, &io.logits, cfg.vocab()))
             .collect::<Result<_>>()?;
@@ -282,6 +297,7 @@ impl Model {
             batch_graph,
             head_last,
             head_all,
+            gather_log_probs,
             samplers,
             arch,
             lora_scratch: None,
@@ -752,6 +768,52 @@ impl Model {
                 Logits::Last => out = self.ctx.read_f32(&self.io.logits, 0, vocab).await?,
                 Logits::None => self.ctx.check()?,
             }
+        }
+        Ok(out)
+    }
+
+    /// Log-probabilities of given tokens, computed on the GPU: evaluates `tokens` after the
+    /// sequence's cached ones and returns log p(targets[i] | cached, tokens[..=i]) for each i.
+    /// One float per token comes back, never the logits (what a policy-gradient loss and its
+    /// importance ratios need: `targets` is `tokens` shifted by one, plus the next token).
+    pub async fn log_probs(
+        &mut self,
+        seq: u32,
+        tokens: &[u32],
+        targets: &[u32],
+    ) -> Result<Vec<f32>> {
+        if tokens.len() != targets.len() {
+            return Err(EngineError::Shape {
+                op: "log_probs",
+                detail: format!("{} tokens but {} targets", tokens.len(), targets.len()),
+            });
+        }
+        self.check_sequence_tokens(seq, tokens)?;
+        if let Some(&id) = targets.iter().find(|&&t| t >= self.config.vocab()) {
+            return Err(EngineError::BadToken {
+                id,
+                vocab: self.config.vocab() as usize,
+            });
+        }
+        let mut out = Vec::with_capacity(tokens.len());
+        let size = self.max_batch as usize;
+        for (chunk, want) in tokens.chunks(size).zip(targets.chunks(size)) {
+            self.ctx
+                .queue
+                .write_buffer(&self.io.targets, 0, bytemuck::cast_slice(want));
+            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+            self.encode_step(&mut encoder, seq, chunk, Logits::All);
+            {
+                let mut pass = encoder.begin_compute_pass(&Default::default());
+                self.gather_log_probs.record(&mut pass, chunk.len() as u32);
+            }
+            self.ctx.queue.submit([encoder.finish()]);
+            self.seqs[seq as usize].extend_from_slice(chunk);
+            out.extend(
+                self.ctx
+                    .read_f32(&self.io.log_probs, 0, chunk.len() as u64)
+                    .await?,
+            );
         }
         Ok(out)
     }

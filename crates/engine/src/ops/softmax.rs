@@ -1,3 +1,4 @@
+use crate::error::EngineError;
 use crate::error::Result;
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
@@ -26,5 +27,33 @@ pub fn softmax(
         pipeline,
         &[bind(x), bind(y), bind(&p)],
         Grid::Fixed([n_rows, 1, 1]),
+    ))
+}
+
+/// y[t] = log softmax(x[t])[targets[t]] for the step's tokens t (rows of `n` values, at most
+/// `max_rows` of them): the log-probabilities of given tokens, one float per row.
+pub fn gather_log_probs(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    targets: &wgpu::Buffer,
+    y: &wgpu::Buffer,
+    n: u32,
+    max_rows: u32,
+) -> Result<Dispatch> {
+    if n == 0 || max_rows == 0 {
+        return Err(EngineError::Shape {
+            op: "gather_log_probs",
+            detail: format!("{max_rows} rows of {n}"),
+        });
+    }
+    let macros = Macros::new().u32("WG", WG).flag("LOG").flag("GATHER");
+    let pipeline = ctx.pipeline("softmax.wgsl", "softmax", &macros)?;
+    let p = params(ctx, "log probs", &[n, max_rows]);
+    Ok(Dispatch::new(
+        ctx,
+        "log_probs",
+        pipeline,
+        &[bind(x), bind(y), bind(&p), bind(targets)],
+        Grid::PerTokens { x: 1, per_y: 1 },
     ))
 }
