@@ -3,7 +3,8 @@
 # a GPU but no Rust toolchain (build here with `cargo build --release -p lilypad-cli`, copy
 # the binary and this script). Writes a synthetic model (random Q4_K weights, FrogNano-4B's
 # shapes) once, then prints: the adapter, the memory plan at 2k and 8k context, kernel
-# bandwidth against the copy kernel, and prefill/decode tokens/s.
+# bandwidth against the copy kernel, prefill/decode tokens/s, and batched decode at 1–16
+# sequences.
 #
 #   scripts/gpu-bench.sh [path/to/lilypad] [--prompt-tokens N] [--gen-tokens N]
 set -euo pipefail
@@ -39,3 +40,5 @@ for ctx in 2048 8192; do
 done
 echo "== kernels and whole model (prompt $prompt_tokens, generate $gen_tokens)"
 "$bin" bench --model "$model" --context 4096 --prompt-tokens "$prompt_tokens" --gen-tokens "$gen_tokens"
+echo "== batched decode: total tokens/s with 1 to 16 sequences decoded together"
+"$bin" bench --model "$model" --context 2048 --batch 1,2,4,8,16 --prompt-tokens 256 --gen-tokens 32

@@ -273,14 +273,13 @@ pub fn agent_config(overrides: &serde_json::Value) -> Result<AgentConfig, String
                 if !c.contains_key(k) {
                     return Err(format!("unknown agent setting `{k}`"));
                 }
-                if k == "sampling" {
-                    if let (Some(s), serde_json::Value::Object(v)) =
+                if k == "sampling"
+                    && let (Some(s), serde_json::Value::Object(v)) =
                         (c.get_mut(k).and_then(|s| s.as_object_mut()), v)
                     {
                         s.extend(v.clone());
                         continue;
                     }
-                }
                 c.insert(k.clone(), v.clone());
             }
         }

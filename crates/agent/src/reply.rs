@@ -65,11 +65,10 @@ fn split_thinking(text: &str) -> (Option<String>, &str) {
         let head = head.find(THINK_OPEN).map_or(head, |i| &head[i + THINK_OPEN.len()..]);
         return (Some(head.trim().to_string()), &text[end + THINK_CLOSE.len()..]);
     }
-    if let Some(start) = text.find(THINK_OPEN) {
-        if text[..start].trim().is_empty() {
+    if let Some(start) = text.find(THINK_OPEN)
+        && text[..start].trim().is_empty() {
             return (Some(text[start + THINK_OPEN.len()..].trim().to_string()), "");
         }
-    }
     (None, text)
 }
 

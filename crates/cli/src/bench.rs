@@ -294,6 +294,7 @@ pub fn run_batch(
             model.release(s);
         }
         pollster::block_on(model.eval_sequence(0, &prompt, Logits::None))?;
+        ctx.wait()?;
         let t = Instant::now();
         for s in 1..b {
             model.fork(0, s)?;

@@ -204,7 +204,7 @@ impl GpuContext {
     /// A storage buffer filled with `data`.
     pub fn storage_buffer_init(&self, label: &str, data: &[u8]) -> Result<wgpu::Buffer> {
         self.check_binding(label, data.len() as u64)?;
-        if data.len() % 4 != 0 || data.is_empty() {
+        if !data.len().is_multiple_of(4) || data.is_empty() {
             let mut padded = data.to_vec();
             padded.resize(data.len().max(4).next_multiple_of(4), 0);
             return self.storage_buffer_init(label, &padded);
@@ -230,7 +230,7 @@ impl GpuContext {
     }
 
     pub fn check_binding(&self, label: &str, size: u64) -> Result<()> {
-        let allowed = self.limits.max_storage_buffer_binding_size as u64;
+        let allowed = self.limits.max_storage_buffer_binding_size;
         if size > allowed {
             return Err(EngineError::TooLarge {
                 adapter: self.adapter.name.clone(),

@@ -433,7 +433,12 @@ impl Model {
     pub async fn eval_batch(&mut self, tokens: &[(u32, u32)]) -> Result<Vec<f32>> {
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let graph = self.begin_batch(&mut encoder, tokens)?;
-        self.encode_graph(&mut encoder, graph, tokens.len() as u32, Logits::All);
+        self.encode_graph(
+            &mut encoder,
+            graph,
+            tokens.len() as u32,
+            batch_head(tokens.len()),
+        );
         self.ctx.queue.submit([encoder.finish()]);
         for &(seq, token) in tokens {
             self.seqs[seq as usize].push(token);
@@ -454,7 +459,12 @@ impl Model {
         let tokens: Vec<(u32, u32)> = items.iter().map(|it| (it.seq, it.token)).collect();
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let graph = self.begin_batch(&mut encoder, &tokens)?;
-        self.encode_graph(&mut encoder, graph, tokens.len() as u32, Logits::All);
+        self.encode_graph(
+            &mut encoder,
+            graph,
+            tokens.len() as u32,
+            batch_head(tokens.len()),
+        );
         for (row, it) in items.iter().enumerate() {
             // Sampler i reads logits row i; slots are at most max_batch, so one per row.
             let sampler = &self.samplers[row];
@@ -973,4 +983,10 @@ fn record_graphs(
         Vec::new()
     };
     Ok([graph(1, false)?, graph(PREFILL_TILE, false)?, batch])
+}
+
+/// The LM head of a batched step: every row, except that one row takes the decode head
+/// (the prefill head's tile would compute the vocabulary-wide product for a whole tile).
+fn batch_head(rows: usize) -> Logits {
+    if rows == 1 { Logits::Last } else { Logits::All }
 }

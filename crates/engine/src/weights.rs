@@ -168,8 +168,8 @@ impl GpuWeight {
         max_chunk_bytes: Option<u64>,
     ) -> Result<Self> {
         let limit = max_chunk_bytes
-            .unwrap_or(ctx.limits.max_storage_buffer_binding_size as u64)
-            .min(ctx.limits.max_storage_buffer_binding_size as u64);
+            .unwrap_or(ctx.limits.max_storage_buffer_binding_size)
+            .min(ctx.limits.max_storage_buffer_binding_size);
         let row_bytes = ty.row_bytes(cols)?;
         let rows_per_chunk = (limit / row_bytes.max(1)).min(rows).max(1);
         // Q4_0/Q8_0 pack two blocks' scales per word: keep chunks at an even block count.

@@ -105,11 +105,10 @@ impl TextTokenizer {
         };
         let enc = tok.encode(text, false)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
-        if self.add_bos {
-            if let Some(b) = self.bos {
+        if self.add_bos
+            && let Some(b) = self.bos {
                 ids.push(b);
             }
-        }
         ids.extend_from_slice(enc.get_ids());
         Ok(ids)
     }
@@ -192,11 +191,10 @@ const EOG_NAMES: &[&str] = &[
 fn eog_tokens(tok: &Tokenizer, eos: Option<u32>) -> Vec<u32> {
     let mut v: Vec<u32> = eos.into_iter().collect();
     for name in EOG_NAMES {
-        if let Some(id) = tok.token_to_id(name) {
-            if !v.contains(&id) {
+        if let Some(id) = tok.token_to_id(name)
+            && !v.contains(&id) {
                 v.push(id);
             }
-        }
     }
     v
 }

@@ -484,6 +484,8 @@ impl DeltaNet {
 }
 
 /// How a layer mixes tokens.
+// One per layer, made once at load: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Mixer {
     Attention(Attention),
     DeltaNet(DeltaNet),

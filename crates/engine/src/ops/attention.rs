@@ -48,7 +48,7 @@ pub fn attention(
     scale: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    if head_dim > 256 || n_kv == 0 || n_head % n_kv != 0 {
+    if head_dim > 256 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
         return Err(EngineError::Shape {
             op: "attention",
             detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
@@ -56,7 +56,7 @@ pub fn attention(
     }
     let (macros, per_y) = match layout {
         AttentionLayout::PerThread { subgroups }
-            if head_dim % 4 == 0 && head_dim <= PER_THREAD_MAX_DIM =>
+            if head_dim.is_multiple_of(4) && head_dim <= PER_THREAD_MAX_DIM =>
         {
             let mut m = Macros::new().flag("PER_THREAD").u32("HD4", head_dim / 4);
             // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).

@@ -48,7 +48,7 @@ impl DeltaNetShape {
 
     fn check(&self, op: &'static str, state: &wgpu::Buffer) -> Result<()> {
         let ok = self.n_k > 0
-            && self.n_v % self.n_k == 0
+            && self.n_v.is_multiple_of(self.n_k)
             && (1..=MAX_HEAD_DIM).contains(&self.d_k)
             && self.d_v > 0
             && self.qkv_len() <= u32::MAX as u64 / 4

@@ -34,7 +34,7 @@ pub fn rope(
     in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    if n_rot > head_dim || n_rot % 2 != 0 {
+    if n_rot > head_dim || !n_rot.is_multiple_of(2) {
         return Err(EngineError::Shape {
             op: "rope",
             detail: format!("n_rot {n_rot} with head dim {head_dim}"),
