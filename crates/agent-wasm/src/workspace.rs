@@ -276,10 +276,10 @@ pub fn agent_config(overrides: &serde_json::Value) -> Result<AgentConfig, String
                 if k == "sampling"
                     && let (Some(s), serde_json::Value::Object(v)) =
                         (c.get_mut(k).and_then(|s| s.as_object_mut()), v)
-                    {
-                        s.extend(v.clone());
-                        continue;
-                    }
+                {
+                    s.extend(v.clone());
+                    continue;
+                }
                 c.insert(k.clone(), v.clone());
             }
         }

@@ -8,32 +8,34 @@ mod disk_repo;
 mod error;
 mod message;
 mod model;
-mod reply;
-mod scripted;
-mod trajectory;
 pub mod patch;
 mod path;
+mod reply;
 mod repo;
+mod scripted;
 pub mod shell;
 pub mod tools;
+mod trajectory;
 mod virtual_repo;
 
+pub use agent::{AgentConfig, AgentEvent, run_agent};
 pub use archive::ImportLimits;
 #[cfg(not(target_arch = "wasm32"))]
 pub use disk_repo::DiskRepo;
 pub use error::RepoError;
+pub use message::{Message, Role, ToolCall};
+pub use model::{
+    Completion, FinishReason, LanguageModel, ModelError, Request, Sampling, TokenSink,
+};
 pub use patch::Change;
 pub use path::RepoPath;
-pub use shell::{ExternalShell, Shell, ShellOutput};
-pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
+pub use reply::{Reply, parse_reply};
+pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot};
+pub use scripted::ScriptedModel;
 #[cfg(unix)]
 pub use shell::NativeShell;
+pub use shell::{ExternalShell, Shell, ShellOutput};
+pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
 pub use tools::{Observation, Toolbox, tool_names, tool_schemas};
-pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot};
-pub use virtual_repo::VirtualRepo;
-pub use agent::{AgentConfig, AgentEvent, run_agent};
-pub use message::{Message, Role, ToolCall};
-pub use model::{Completion, FinishReason, LanguageModel, ModelError, Request, Sampling, TokenSink};
-pub use reply::{Reply, parse_reply};
-pub use scripted::ScriptedModel;
 pub use trajectory::{CallRecord, Exit, StepRecord, Trajectory};
+pub use virtual_repo::VirtualRepo;

@@ -127,7 +127,11 @@ impl RepoPath {
     pub fn display_under(&self, root: &str) -> String {
         let root = root.trim_end_matches('/');
         if self.is_root() {
-            if root.is_empty() { "/".into() } else { root.into() }
+            if root.is_empty() {
+                "/".into()
+            } else {
+                root.into()
+            }
         } else {
             format!("{root}/{}", self.0)
         }
@@ -179,8 +183,14 @@ mod tests {
         }
         assert!(matches!(r(""), Err(RepoError::InvalidPath { .. })));
         assert!(matches!(r("a\0b"), Err(RepoError::InvalidPath { .. })));
-        assert!(matches!(RepoPath::new("/x"), Err(RepoError::InvalidPath { .. })));
-        assert!(matches!(RepoPath::new("a/../../x"), Err(RepoError::OutsideRoot { .. })));
+        assert!(matches!(
+            RepoPath::new("/x"),
+            Err(RepoError::InvalidPath { .. })
+        ));
+        assert!(matches!(
+            RepoPath::new("a/../../x"),
+            Err(RepoError::OutsideRoot { .. })
+        ));
     }
 
     #[test]
@@ -190,7 +200,11 @@ mod tests {
         assert_eq!(p.file_name(), "c.py");
         assert!(p.starts_with(&RepoPath::new("a/b").unwrap()));
         assert!(!p.starts_with(&RepoPath::new("a/bc").unwrap()));
-        assert!(!RepoPath::new("a/bc").unwrap().starts_with(&RepoPath::new("a/b").unwrap()));
+        assert!(
+            !RepoPath::new("a/bc")
+                .unwrap()
+                .starts_with(&RepoPath::new("a/b").unwrap())
+        );
         assert_eq!(p.display_under("/repo"), "/repo/a/b/c.py");
         assert_eq!(RepoPath::root().display_under("/repo/"), "/repo");
         assert_eq!(RepoPath::root().parent(), None);

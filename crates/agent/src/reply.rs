@@ -62,13 +62,22 @@ fn split_thinking(text: &str) -> (Option<String>, &str) {
     // With thinking on, the prompt already ends in `<think>`, so the reply may start inside it.
     if let Some(end) = text.find(THINK_CLOSE) {
         let head = &text[..end];
-        let head = head.find(THINK_OPEN).map_or(head, |i| &head[i + THINK_OPEN.len()..]);
-        return (Some(head.trim().to_string()), &text[end + THINK_CLOSE.len()..]);
+        let head = head
+            .find(THINK_OPEN)
+            .map_or(head, |i| &head[i + THINK_OPEN.len()..]);
+        return (
+            Some(head.trim().to_string()),
+            &text[end + THINK_CLOSE.len()..],
+        );
     }
     if let Some(start) = text.find(THINK_OPEN)
-        && text[..start].trim().is_empty() {
-            return (Some(text[start + THINK_OPEN.len()..].trim().to_string()), "");
-        }
+        && text[..start].trim().is_empty()
+    {
+        return (
+            Some(text[start + THINK_OPEN.len()..].trim().to_string()),
+            "",
+        );
+    }
     (None, text)
 }
 
@@ -117,7 +126,9 @@ fn parse_xml_call(body: &str, tools: &[Value]) -> Result<ToolCall, String> {
         let end = value_and_rest
             .find("</parameter>")
             .ok_or_else(|| format!("parameter `{pname}` has no </parameter>"))?;
-        let raw = value_and_rest[..end].strip_prefix('\n').unwrap_or(&value_and_rest[..end]);
+        let raw = value_and_rest[..end]
+            .strip_prefix('\n')
+            .unwrap_or(&value_and_rest[..end]);
         let raw = raw.strip_suffix('\n').unwrap_or(raw);
         args.insert(pname.clone(), typed_param(&name, &pname, raw, tools));
         rest = &value_and_rest[end + "</parameter>".len()..];
@@ -154,8 +165,10 @@ mod tests {
     use super::*;
 
     fn schemas() -> Vec<Value> {
-        vec![json!({"type": "function", "function": {"name": "Read", "parameters": {"type": "object",
-            "properties": {"file_path": {"type": "string"}, "offset": {"type": "integer"}}}}})]
+        vec![
+            json!({"type": "function", "function": {"name": "Read", "parameters": {"type": "object",
+            "properties": {"file_path": {"type": "string"}, "offset": {"type": "integer"}}}}}),
+        ]
     }
 
     #[test]
@@ -169,8 +182,14 @@ mod tests {
         assert_eq!(
             r.calls,
             vec![
-                Ok(ToolCall { name: "Read".into(), arguments: json!({"file_path": "/repo/a.py"}) }),
-                Ok(ToolCall { name: "Glob".into(), arguments: json!({"pattern": "*.py"}) }),
+                Ok(ToolCall {
+                    name: "Read".into(),
+                    arguments: json!({"file_path": "/repo/a.py"})
+                }),
+                Ok(ToolCall {
+                    name: "Glob".into(),
+                    arguments: json!({"pattern": "*.py"})
+                }),
             ]
         );
     }
@@ -185,14 +204,20 @@ mod tests {
         assert_eq!(r.content, "");
         assert_eq!(
             r.calls,
-            vec![Ok(ToolCall { name: "Read".into(), arguments: json!({"file_path": "/repo/a.py", "offset": 10}) })]
+            vec![Ok(ToolCall {
+                name: "Read".into(),
+                arguments: json!({"file_path": "/repo/a.py", "offset": 10})
+            })]
         );
     }
 
     #[test]
     fn plain_answer_has_no_calls() {
         let r = parse_reply("The bug is fixed.", &[]);
-        assert_eq!((r.reasoning, r.content.as_str(), r.calls.len()), (None, "The bug is fixed.", 0));
+        assert_eq!(
+            (r.reasoning, r.content.as_str(), r.calls.len()),
+            (None, "The bug is fixed.", 0)
+        );
         let cut = parse_reply("<think>\nstill thinking", &[]);
         assert_eq!(cut.reasoning.as_deref(), Some("still thinking"));
     }
@@ -200,13 +225,31 @@ mod tests {
     #[test]
     fn malformed_calls_become_errors() {
         for (text, needle) in [
-            ("<tool_call>{\"name\": \"Read\", \"arguments\": {</tool_call>", "invalid JSON"),
+            (
+                "<tool_call>{\"name\": \"Read\", \"arguments\": {</tool_call>",
+                "invalid JSON",
+            ),
             ("<tool_call>[1, 2]</tool_call>", "JSON object"),
-            ("<tool_call>{\"arguments\": {}}</tool_call>", "missing \"name\""),
-            ("<tool_call>{\"name\": \"Read\", \"arguments\": 3}</tool_call>", "must be a JSON object"),
-            ("<tool_call>{\"name\": \"Read\", \"arguments\": {}}", "missing </tool_call>"),
-            ("<tool_call><function=Read><parameter=x>1</function></tool_call>", "no </parameter>"),
-            ("<tool_call><function=Read></tool_call>", "missing </function>"),
+            (
+                "<tool_call>{\"arguments\": {}}</tool_call>",
+                "missing \"name\"",
+            ),
+            (
+                "<tool_call>{\"name\": \"Read\", \"arguments\": 3}</tool_call>",
+                "must be a JSON object",
+            ),
+            (
+                "<tool_call>{\"name\": \"Read\", \"arguments\": {}}",
+                "missing </tool_call>",
+            ),
+            (
+                "<tool_call><function=Read><parameter=x>1</function></tool_call>",
+                "no </parameter>",
+            ),
+            (
+                "<tool_call><function=Read></tool_call>",
+                "missing </function>",
+            ),
         ] {
             let r = parse_reply(text, &[]);
             assert_eq!(r.calls.len(), 1, "{text}");
@@ -217,12 +260,30 @@ mod tests {
 
     #[test]
     fn arbitrary_text_never_panics() {
-        let pieces = ["<tool_call>", "</tool_call>", "<think>", "</think>", "{", "}", "\"name\"", ":", "<function=", ">", "<parameter=", "</parameter>", "</function>", "é", "\n"];
+        let pieces = [
+            "<tool_call>",
+            "</tool_call>",
+            "<think>",
+            "</think>",
+            "{",
+            "}",
+            "\"name\"",
+            ":",
+            "<function=",
+            ">",
+            "<parameter=",
+            "</parameter>",
+            "</function>",
+            "é",
+            "\n",
+        ];
         let mut state = 0x1234_5678_u64;
         for _ in 0..5000 {
             let mut s = String::new();
             for _ in 0..12 {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 s.push_str(pieces[(state >> 33) as usize % pieces.len()]);
             }
             let _ = parse_reply(&s, &schemas());

@@ -75,11 +75,22 @@ impl LanguageModel for ScriptedModel {
         self.context
     }
 
-    async fn complete(&mut self, req: &Request<'_>, on_text: &mut TokenSink<'_>) -> Result<Completion, ModelError> {
+    async fn complete(
+        &mut self,
+        req: &Request<'_>,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<Completion, ModelError> {
         self.seen_messages.push(req.messages.len());
-        let words: usize = req.messages.iter().map(|m| m.content.split_whitespace().count()).sum();
+        let words: usize = req
+            .messages
+            .iter()
+            .map(|m| m.content.split_whitespace().count())
+            .sum();
         if words > self.context {
-            return Err(ModelError::ContextFull { needed: words, capacity: self.context });
+            return Err(ModelError::ContextFull {
+                needed: words,
+                capacity: self.context,
+            });
         }
         let mut reply = self
             .replies

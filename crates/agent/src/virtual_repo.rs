@@ -80,7 +80,11 @@ impl VirtualRepo {
 
     /// Takes the current files as the baseline that [`VirtualRepo::diff`] compares against.
     pub fn set_baseline(&mut self) {
-        self.baseline = self.current().into_iter().map(|(p, d)| (p, d.to_vec())).collect();
+        self.baseline = self
+            .current()
+            .into_iter()
+            .map(|(p, d)| (p, d.to_vec()))
+            .collect();
     }
 
     pub fn baseline(&self) -> &Snapshot {
@@ -174,7 +178,10 @@ impl VirtualRepo {
     }
 
     /// Files below any of `scopes`, in path order.
-    fn files_in<'s>(&'s self, scopes: &'s [RepoPath]) -> impl Iterator<Item = (&'s RepoPath, &'s [u8])> {
+    fn files_in<'s>(
+        &'s self,
+        scopes: &'s [RepoPath],
+    ) -> impl Iterator<Item = (&'s RepoPath, &'s [u8])> {
         self.files
             .iter()
             .filter(|(p, _)| scopes.iter().any(|s| p.starts_with(s)))
@@ -189,8 +196,10 @@ impl VirtualRepo {
     }
 
     fn capture(&self, scopes: &[RepoPath]) -> UndoStep {
-        let files: Vec<(RepoPath, Vec<u8>)> =
-            self.files_in(scopes).map(|(p, d)| (p.clone(), d.to_vec())).collect();
+        let files: Vec<(RepoPath, Vec<u8>)> = self
+            .files_in(scopes)
+            .map(|(p, d)| (p.clone(), d.to_vec()))
+            .collect();
         let bytes = files.iter().map(|(p, d)| p.as_str().len() + d.len()).sum();
         UndoStep {
             scopes: scopes.to_vec(),
@@ -203,7 +212,8 @@ impl VirtualRepo {
     /// True when the entries `step` saved are exactly as they are now.
     fn matches(&self, step: &UndoStep) -> bool {
         let saved_files = step.files.iter().map(|(p, d)| (p, d.as_slice()));
-        self.files_in(&step.scopes).eq(saved_files) && self.dirs_in(&step.scopes).eq(step.dirs.iter())
+        self.files_in(&step.scopes).eq(saved_files)
+            && self.dirs_in(&step.scopes).eq(step.dirs.iter())
     }
 
     fn restore(&mut self, step: UndoStep) {
@@ -289,7 +299,9 @@ impl VirtualRepo {
     }
 
     fn move_entry(&mut self, from: &RepoPath, to: &RepoPath) -> Result<(), RepoError> {
-        let Some(kind) = check_rename(self, from, to)? else { return Ok(()) };
+        let Some(kind) = check_rename(self, from, to)? else {
+            return Ok(());
+        };
         self.add_parents(to)?;
         let moved = |p: &RepoPath| -> Result<RepoPath, RepoError> {
             let rest = &p.as_str()[from.as_str().len()..];
@@ -313,7 +325,12 @@ impl VirtualRepo {
                         self.files.insert(moved(&p)?, data);
                     }
                 }
-                let dirs: Vec<_> = self.dirs.iter().filter(|p| p.starts_with(from)).cloned().collect();
+                let dirs: Vec<_> = self
+                    .dirs
+                    .iter()
+                    .filter(|p| p.starts_with(from))
+                    .cloned()
+                    .collect();
                 for d in dirs {
                     self.dirs.remove(&d);
                     self.dirs.insert(moved(&d)?);
@@ -348,7 +365,9 @@ impl Repository for VirtualRepo {
     }
 
     fn write(&mut self, path: &RepoPath, data: &[u8]) -> Result<(), RepoError> {
-        self.journaled(std::slice::from_ref(path), |repo| repo.write_file(path, data.to_vec()))
+        self.journaled(std::slice::from_ref(path), |repo| {
+            repo.write_file(path, data.to_vec())
+        })
     }
 
     fn remove(&mut self, path: &RepoPath) -> Result<(), RepoError> {
@@ -360,7 +379,9 @@ impl Repository for VirtualRepo {
     }
 
     fn rename(&mut self, from: &RepoPath, to: &RepoPath) -> Result<(), RepoError> {
-        self.journaled(&[from.clone(), to.clone()], |repo| repo.move_entry(from, to))
+        self.journaled(&[from.clone(), to.clone()], |repo| {
+            repo.move_entry(from, to)
+        })
     }
 
     fn list_dir(&self, path: &RepoPath) -> Result<Vec<DirEntry>, RepoError> {
@@ -379,11 +400,16 @@ impl Repository for VirtualRepo {
                 kind: EntryKind::Dir,
                 len: 0,
             })
-            .chain(self.files.iter().filter(|(p, _)| is_child(p)).map(|(p, d)| DirEntry {
-                name: p.file_name().into(),
-                kind: EntryKind::File,
-                len: d.len() as u64,
-            }))
+            .chain(
+                self.files
+                    .iter()
+                    .filter(|(p, _)| is_child(p))
+                    .map(|(p, d)| DirEntry {
+                        name: p.file_name().into(),
+                        kind: EntryKind::File,
+                        len: d.len() as u64,
+                    }),
+            )
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -425,12 +451,23 @@ mod tests {
         r.create_dir_all(&p("empty/dir")).unwrap();
         assert_eq!(r.kind(&p("src/app")), Some(EntryKind::Dir));
         assert_eq!(r.read(&p("src/app/main.py")).unwrap(), b"print(1)\n");
-        let names: Vec<_> = r.list_dir(&RepoPath::root()).unwrap().into_iter().map(|e| e.name).collect();
+        let names: Vec<_> = r
+            .list_dir(&RepoPath::root())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, ["README.md", "empty", "src"]);
         assert!(matches!(r.read(&p("src")), Err(RepoError::IsADirectory(_))));
         assert!(matches!(r.read(&p("nope")), Err(RepoError::NotFound(_))));
-        assert!(matches!(r.write(&p("README.md/x"), b""), Err(RepoError::NotADirectory(_))));
-        assert!(matches!(r.write(&p("src"), b""), Err(RepoError::IsADirectory(_))));
+        assert!(matches!(
+            r.write(&p("README.md/x"), b""),
+            Err(RepoError::NotADirectory(_))
+        ));
+        assert!(matches!(
+            r.write(&p("src"), b""),
+            Err(RepoError::IsADirectory(_))
+        ));
     }
 
     #[test]
@@ -440,7 +477,10 @@ mod tests {
         r.write(&p("a/d.txt"), b"d").unwrap();
         r.write(&p("ab.txt"), b"ab").unwrap();
         r.rename(&p("a"), &p("z/y")).unwrap();
-        assert_eq!(r.walk_files(&RepoPath::root()).unwrap(), [p("ab.txt"), p("z/y/b/c.txt"), p("z/y/d.txt")]);
+        assert_eq!(
+            r.walk_files(&RepoPath::root()).unwrap(),
+            [p("ab.txt"), p("z/y/b/c.txt"), p("z/y/d.txt")]
+        );
         assert!(r.rename(&p("z"), &p("z/y/q")).is_err());
         r.remove(&p("z")).unwrap();
         assert_eq!(r.walk_files(&RepoPath::root()).unwrap(), [p("ab.txt")]);
@@ -498,24 +538,39 @@ mod tests {
 
         // The deepest missing folder would be made before the file in the way is found.
         let before = (r.files.clone(), r.dirs.clone());
-        assert!(matches!(r.write(&p("x/file/y/z.txt"), b""), Err(RepoError::NotADirectory(_))));
+        assert!(matches!(
+            r.write(&p("x/file/y/z.txt"), b""),
+            Err(RepoError::NotADirectory(_))
+        ));
         assert_eq!((r.files.clone(), r.dirs.clone()), before);
         assert_eq!(r.undo_steps(), 0);
         // A folder cannot replace a file.
         r.create_dir_all(&p("d")).unwrap();
-        assert!(matches!(r.rename(&p("d"), &p("x/file")), Err(RepoError::AlreadyExists(_))));
+        assert!(matches!(
+            r.rename(&p("d"), &p("x/file")),
+            Err(RepoError::AlreadyExists(_))
+        ));
         assert_eq!(r.read(&p("x/file")).unwrap(), b"f");
     }
 
     #[test]
     fn undo_history_stays_within_its_budget() {
         let mut r = VirtualRepo::new("/repo");
-        let step = |bytes| UndoStep { scopes: Vec::new(), files: Vec::new(), dirs: Vec::new(), bytes };
+        let step = |bytes| UndoStep {
+            scopes: Vec::new(),
+            files: Vec::new(),
+            dirs: Vec::new(),
+            bytes,
+        };
         r.push_undo(step(UNDO_BUDGET_BYTES / 2 + 1));
         r.push_undo(step(UNDO_BUDGET_BYTES / 2 + 1));
         assert_eq!(r.undo_steps(), 1, "the oldest step is dropped");
         r.push_undo(step(UNDO_BUDGET_BYTES * 2));
-        assert_eq!(r.undo_steps(), 1, "the newest is kept even when larger than the budget");
+        assert_eq!(
+            r.undo_steps(),
+            1,
+            "the newest is kept even when larger than the budget"
+        );
         assert_eq!(r.undo_bytes, UNDO_BUDGET_BYTES * 2);
     }
 

@@ -9,7 +9,9 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Command;
 
-use lilypad_agent::archive::{export_zip, import_archive, import_dir, import_files, import_tar_gz, import_zip};
+use lilypad_agent::archive::{
+    export_zip, import_archive, import_dir, import_files, import_tar_gz, import_zip,
+};
 use lilypad_agent::patch::{apply, diff};
 use lilypad_agent::{
     Change, DiskRepo, EntryKind, ImportLimits, RepoError, RepoPath, Repository, Snapshot,
@@ -909,19 +911,36 @@ fn picked_files_import_like_an_archive() {
     let limits = ImportLimits::default();
     let files = vec![
         ("roman/roman.py".to_string(), b"def f(): pass\n".to_vec()),
-        ("roman/tests/test_roman.py".to_string(), b"import roman\n".to_vec()),
-        ("roman/__pycache__/roman.cpython-314.pyc".to_string(), vec![0, 1, 2]),
+        (
+            "roman/tests/test_roman.py".to_string(),
+            b"import roman\n".to_vec(),
+        ),
+        (
+            "roman/__pycache__/roman.cpython-314.pyc".to_string(),
+            vec![0, 1, 2],
+        ),
         ("roman/.git/HEAD".to_string(), b"ref: x\n".to_vec()),
     ];
     let repo = import_files("/repo", files, limits).unwrap();
     // The picked folder is unwrapped; caches and version-control internals stay out.
-    assert_eq!(repo.walk_files(&RepoPath::root()).unwrap(), vec![p("roman.py"), p("tests/test_roman.py")]);
+    assert_eq!(
+        repo.walk_files(&RepoPath::root()).unwrap(),
+        vec![p("roman.py"), p("tests/test_roman.py")]
+    );
     assert_eq!(repo.diff(), "");
     assert_eq!(repo.undo_steps(), 0);
     // Names are confined, and the size cap holds.
     let escape = vec![("../etc/passwd".to_string(), b"x".to_vec())];
     assert!(import_files("/repo", escape, limits).is_err());
-    let small = ImportLimits { max_total_bytes: 4, max_entries: 10 };
+    let small = ImportLimits {
+        max_total_bytes: 4,
+        max_entries: 10,
+    };
     let big = vec![("a.txt".to_string(), b"hello".to_vec())];
-    assert!(import_files("/repo", big, small).unwrap_err().to_string().contains("more than 4 bytes"));
+    assert!(
+        import_files("/repo", big, small)
+            .unwrap_err()
+            .to_string()
+            .contains("more than 4 bytes")
+    );
 }

@@ -873,13 +873,24 @@ mod native {
 #[test]
 fn bash_starts_every_command_at_the_root_in_the_browser_shell_too() {
     let mut repo = VirtualRepo::new("/repo");
-    repo.write(&RepoPath::new("src/a.py").unwrap(), b"x = 1\n").unwrap();
+    repo.write(&RepoPath::new("src/a.py").unwrap(), b"x = 1\n")
+        .unwrap();
     let mut toolbox = Toolbox::new(Box::new(lilypad_agent::VirtualShell::new()));
     let mut bash = |command: &str| {
         toolbox
-            .execute(&mut repo, &ToolCall { name: "Bash".into(), arguments: json!({"command": command}) })
+            .execute(
+                &mut repo,
+                &ToolCall {
+                    name: "Bash".into(),
+                    arguments: json!({"command": command}),
+                },
+            )
             .content
     };
     assert_eq!(bash("cd src && pwd && ls").trim(), "/repo/src\na.py");
-    assert_eq!(bash("pwd").trim(), "/repo", "cd does not carry over, as the tool says");
+    assert_eq!(
+        bash("pwd").trim(),
+        "/repo",
+        "cd does not carry over, as the tool says"
+    );
 }

@@ -8,20 +8,32 @@
 use std::time::Duration;
 
 use lilypad_agent::{
-    FileChange, ProgramIo, PythonRunner, RepoError, RepoPath, Repository, Shell, VersionControl, VirtualRepo,
-    VirtualShell,
+    FileChange, ProgramIo, PythonRunner, RepoError, RepoPath, Repository, Shell, VersionControl,
+    VirtualRepo, VirtualShell,
 };
 
 const FILES: &[(&str, &str)] = &[
     ("README.md", "# Demo\nA small project.\n"),
     ("notes.txt", "alpha\nbeta\ngamma foo\nbeta\nfoo bar baz\n"),
     ("nums.txt", "10\n9\n100\n-3\n9\n"),
-    ("src/main.py", "import os\n\ndef main():\n    print(\"hello\")\n    return 0\n"),
-    ("src/util.py", "def helper(x):\n    return x * 2\n\n# TODO: more\n"),
+    (
+        "src/main.py",
+        "import os\n\ndef main():\n    print(\"hello\")\n    return 0\n",
+    ),
+    (
+        "src/util.py",
+        "def helper(x):\n    return x * 2\n\n# TODO: more\n",
+    ),
     ("src/pkg/__init__.py", ""),
     ("src/pkg/core.py", "class Core:\n    pass\n"),
-    ("tests/test_main.py", "from src.main import main\n\ndef test_main():\n    assert main() == 0\n"),
-    ("data.csv", "name,age,city\nann,31,paris\nbob,25,rome\ncid,40,oslo\n"),
+    (
+        "tests/test_main.py",
+        "from src.main import main\n\ndef test_main():\n    assert main() == 0\n",
+    ),
+    (
+        "data.csv",
+        "name,age,city\nann,31,paris\nbob,25,rome\ncid,40,oslo\n",
+    ),
     ("noeol.txt", "first\nlast"),
     (".hidden", "secret\n"),
     ("words.txt", "the cat\nthe dog\nThe end\ncatalog\n"),
@@ -1276,7 +1288,13 @@ fn commands_match_gnu() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases differ:\n\n{}", failures.len(), CASES.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n\n{}",
+        failures.len(),
+        CASES.len(),
+        failures.join("\n")
+    );
 }
 
 /// Replays the table through the real bash in a folder holding the same files, so the
@@ -1288,7 +1306,9 @@ fn table_matches_real_bash() {
     use std::process::{Command, Stdio};
 
     let line_prefix = regex::Regex::new(r"bash: line \d+: ").unwrap();
-    let stamp = regex::Regex::new(r"(?m)^((?:---|\+\+\+) \S+)\t\d{4}-\d\d-\d\d [0-9:.]+ [+-]\d{4}$").unwrap();
+    let stamp =
+        regex::Regex::new(r"(?m)^((?:---|\+\+\+) \S+)\t\d{4}-\d\d-\d\d [0-9:.]+ [+-]\d{4}$")
+            .unwrap();
     let mut failures = Vec::new();
     for c in CASES {
         let dir = tempfile::tempdir().unwrap();
@@ -1363,19 +1383,39 @@ fn ls_long_format() {
 fn cd_persists_between_runs() {
     let mut repo = fixture();
     let mut sh = VirtualShell::new();
-    let run = |sh: &mut VirtualShell, repo: &mut VirtualRepo, cmd: &str| sh.run(repo, cmd, TIMEOUT).output;
+    let run = |sh: &mut VirtualShell, repo: &mut VirtualRepo, cmd: &str| {
+        sh.run(repo, cmd, TIMEOUT).output
+    };
     assert_eq!(run(&mut sh, &mut repo, "cd src/pkg"), "");
     assert_eq!(sh.cwd(), p("src/pkg"));
-    assert_eq!(run(&mut sh, &mut repo, "pwd; cat core.py | head -1"), "/repo/src/pkg\nclass Core:\n");
-    assert_eq!(run(&mut sh, &mut repo, "cd ..; ls"), "main.py\npkg\nutil.py\n");
+    assert_eq!(
+        run(&mut sh, &mut repo, "pwd; cat core.py | head -1"),
+        "/repo/src/pkg\nclass Core:\n"
+    );
+    assert_eq!(
+        run(&mut sh, &mut repo, "cd ..; ls"),
+        "main.py\npkg\nutil.py\n"
+    );
     // A subshell's or a pipeline stage's `cd` stays inside it.
-    assert_eq!(run(&mut sh, &mut repo, "(cd /repo/tests); cd /repo | true; pwd"), "/repo/src\n");
-    assert_eq!(run(&mut sh, &mut repo, "cd nope"), "bash: cd: nope: No such file or directory\n");
+    assert_eq!(
+        run(&mut sh, &mut repo, "(cd /repo/tests); cd /repo | true; pwd"),
+        "/repo/src\n"
+    );
+    assert_eq!(
+        run(&mut sh, &mut repo, "cd nope"),
+        "bash: cd: nope: No such file or directory\n"
+    );
     assert_eq!(sh.cwd(), p("src"));
-    assert_eq!(run(&mut sh, &mut repo, "cd; pwd; cd -"), "/repo\n/repo/src\n");
+    assert_eq!(
+        run(&mut sh, &mut repo, "cd; pwd; cd -"),
+        "/repo\n/repo/src\n"
+    );
     assert_eq!(sh.cwd(), p("src"));
     // Variables start over each run, as with a fresh `bash -c`.
-    assert_eq!(run(&mut sh, &mut repo, "export GREETING=hi; echo $GREETING"), "hi\n");
+    assert_eq!(
+        run(&mut sh, &mut repo, "export GREETING=hi; echo $GREETING"),
+        "hi\n"
+    );
     assert_eq!(run(&mut sh, &mut repo, "echo \"[$GREETING]\""), "[]\n");
     // A working folder removed in the meantime falls back to the root.
     run(&mut sh, &mut repo, "cd pkg");
@@ -1388,32 +1428,88 @@ fn cd_persists_between_runs() {
 fn nothing_outside_the_repository_is_reachable() {
     let before = fixture().snapshot().unwrap();
     let cases: &[(&str, &str, i32)] = &[
-        ("cat /etc/passwd", "cat: /etc/passwd: Permission denied\n", 1),
-        ("cat ../../etc/passwd", "cat: ../../etc/passwd: Permission denied\n", 1),
+        (
+            "cat /etc/passwd",
+            "cat: /etc/passwd: Permission denied\n",
+            1,
+        ),
+        (
+            "cat ../../etc/passwd",
+            "cat: ../../etc/passwd: Permission denied\n",
+            1,
+        ),
         ("cd .. && pwd", "bash: cd: ..: Permission denied\n", 1),
         ("cd /", "bash: cd: /: Permission denied\n", 1),
         ("ls ../", "ls: cannot access '../': Permission denied\n", 2),
         ("echo x > /tmp/f", "bash: /tmp/f: Permission denied\n", 1),
-        ("echo x >> ../f; echo $?", "bash: ../f: Permission denied\n1\n", 0),
-        ("cat < /etc/hosts", "bash: /etc/hosts: Permission denied\n", 1),
-        ("cp notes.txt /tmp/x", "cp: cannot create regular file '/tmp/x': Permission denied\n", 1),
-        ("cp /etc/passwd .", "cp: cannot stat '/etc/passwd': Permission denied\n", 1),
-        ("mv notes.txt ../x", "mv: cannot move 'notes.txt' to '../x': Permission denied\n", 1),
+        (
+            "echo x >> ../f; echo $?",
+            "bash: ../f: Permission denied\n1\n",
+            0,
+        ),
+        (
+            "cat < /etc/hosts",
+            "bash: /etc/hosts: Permission denied\n",
+            1,
+        ),
+        (
+            "cp notes.txt /tmp/x",
+            "cp: cannot create regular file '/tmp/x': Permission denied\n",
+            1,
+        ),
+        (
+            "cp /etc/passwd .",
+            "cp: cannot stat '/etc/passwd': Permission denied\n",
+            1,
+        ),
+        (
+            "mv notes.txt ../x",
+            "mv: cannot move 'notes.txt' to '../x': Permission denied\n",
+            1,
+        ),
         ("rm -rf /", "rm: cannot remove '/': Permission denied\n", 1),
         (
             "rm -rf /repo",
             "rm: it is dangerous to operate recursively on '/repo'\nrm: use --no-preserve-root to override this failsafe\n",
             1,
         ),
-        ("rm -rf .", "rm: refusing to remove '.' or '..' directory: skipping '.'\n", 1),
+        (
+            "rm -rf .",
+            "rm: refusing to remove '.' or '..' directory: skipping '.'\n",
+            1,
+        ),
         ("find / -name passwd", "find: '/': Permission denied\n", 1),
         ("grep -r root /etc", "grep: /etc: Permission denied\n", 2),
-        ("mkdir /tmp/x", "mkdir: cannot create directory '/tmp/x': Permission denied\n", 1),
-        ("touch ../x", "touch: cannot touch '../x': Permission denied\n", 1),
-        ("source /etc/profile", "bash: /etc/profile: Permission denied\n", 1),
-        ("sed -i s/a/b/ /etc/passwd", "sed: can't read /etc/passwd: Permission denied\n", 2),
-        ("tee /tmp/x < notes.txt > /dev/null", "tee: /tmp/x: Permission denied\n", 1),
-        ("ls /repo/../..", "ls: cannot access '/repo/../..': Permission denied\n", 2),
+        (
+            "mkdir /tmp/x",
+            "mkdir: cannot create directory '/tmp/x': Permission denied\n",
+            1,
+        ),
+        (
+            "touch ../x",
+            "touch: cannot touch '../x': Permission denied\n",
+            1,
+        ),
+        (
+            "source /etc/profile",
+            "bash: /etc/profile: Permission denied\n",
+            1,
+        ),
+        (
+            "sed -i s/a/b/ /etc/passwd",
+            "sed: can't read /etc/passwd: Permission denied\n",
+            2,
+        ),
+        (
+            "tee /tmp/x < notes.txt > /dev/null",
+            "tee: /tmp/x: Permission denied\n",
+            1,
+        ),
+        (
+            "ls /repo/../..",
+            "ls: cannot access '/repo/../..': Permission denied\n",
+            2,
+        ),
         ("echo /*", "/*\n", 0),
         ("ln -s /etc x", "bash: ln: command not found\n", 127),
     ];
@@ -1421,7 +1517,11 @@ fn nothing_outside_the_repository_is_reachable() {
         let mut repo = fixture();
         let (out, code) = run_in(&mut repo, cmd);
         assert_eq!((out.as_str(), code), (*want, Some(*status)), "{cmd}");
-        assert_eq!(repo.snapshot().unwrap(), before, "{cmd} changed the repository");
+        assert_eq!(
+            repo.snapshot().unwrap(),
+            before,
+            "{cmd} changed the repository"
+        );
     }
 }
 
@@ -1443,17 +1543,38 @@ fn heredoc_writes_the_file_verbatim() {
 #[test]
 fn syntax_errors_read_like_bash() {
     let cases: &[(&str, &str)] = &[
-        ("echo 'x", "bash: unexpected EOF while looking for matching `''\n"),
-        ("echo \"x", "bash: unexpected EOF while looking for matching `\"'\n"),
+        (
+            "echo 'x",
+            "bash: unexpected EOF while looking for matching `''\n",
+        ),
+        (
+            "echo \"x",
+            "bash: unexpected EOF while looking for matching `\"'\n",
+        ),
         ("ls |", "bash: syntax error: unexpected end of file\n"),
         ("; ls", "bash: syntax error near unexpected token `;'\n"),
-        ("echo a && && b", "bash: syntax error near unexpected token `&&'\n"),
-        ("if true; then echo x", "bash: syntax error: unexpected end of file\n"),
+        (
+            "echo a && && b",
+            "bash: syntax error near unexpected token `&&'\n",
+        ),
+        (
+            "if true; then echo x",
+            "bash: syntax error: unexpected end of file\n",
+        ),
         ("echo )", "bash: syntax error near unexpected token `)'\n"),
-        ("cat >", "bash: syntax error near unexpected token `newline'\n"),
-        ("echo ${x", "bash: unexpected EOF while looking for matching `}'\n"),
+        (
+            "cat >",
+            "bash: syntax error near unexpected token `newline'\n",
+        ),
+        (
+            "echo ${x",
+            "bash: unexpected EOF while looking for matching `}'\n",
+        ),
         ("echo ${x!y}", "bash: ${x!y}: bad substitution\n"),
-        ("case x in x) ;; esac", "bash: case: not supported by this shell\n"),
+        (
+            "case x in x) ;; esac",
+            "bash: case: not supported by this shell\n",
+        ),
     ];
     for (cmd, want) in cases {
         let mut repo = fixture();
@@ -1473,16 +1594,36 @@ fn runaway_loops_time_out() {
     assert!(out.timed_out);
     assert_eq!(out.exit_code, None);
     assert_eq!(out.output, "start\n");
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
     // A doubling variable is refused before it can exhaust memory; the loop then times out.
-    let out = VirtualShell::new().run(&mut repo, "x=ab; while :; do x=\"$x$x\"; done", Duration::from_millis(500));
+    let out = VirtualShell::new().run(
+        &mut repo,
+        "x=ab; while :; do x=\"$x$x\"; done",
+        Duration::from_millis(500),
+    );
     assert!(out.timed_out);
-    assert!(out.output.starts_with("bash: expansion too large\n"), "{}", &out.output[..out.output.len().min(200)]);
+    assert!(
+        out.output.starts_with("bash: expansion too large\n"),
+        "{}",
+        &out.output[..out.output.len().min(200)]
+    );
     // Work that grows with the data (a sed loop appending to its line) is charged as it grows.
     let started = std::time::Instant::now();
-    let out = VirtualShell::new().run(&mut repo, "echo x | sed ':a;s/x/xx/;ta'", Duration::from_millis(500));
+    let out = VirtualShell::new().run(
+        &mut repo,
+        "echo x | sed ':a;s/x/xx/;ta'",
+        Duration::from_millis(500),
+    );
     assert!(out.timed_out);
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -1491,17 +1632,29 @@ fn output_is_capped() {
     let out = VirtualShell::new().run(&mut repo, "seq 1 400000; echo done", TIMEOUT);
     assert_eq!(out.exit_code, Some(0));
     assert!(out.output.starts_with("1\n2\n3\n"));
-    assert!(out.output.ends_with("\n[output truncated: more than 1 MiB]\n"));
+    assert!(
+        out.output
+            .ends_with("\n[output truncated: more than 1 MiB]\n")
+    );
     assert!(out.output.len() <= (1 << 20) + 64, "{}", out.output.len());
     // Pipes keep much more, so counting a long output stays right.
-    assert_eq!(run_in(&mut repo, "seq 1 400000 | wc -l"), ("400000\n".into(), Some(0)));
+    assert_eq!(
+        run_in(&mut repo, "seq 1 400000 | wc -l"),
+        ("400000\n".into(), Some(0))
+    );
 }
 
 /// Stands in for Pyodide: reports what it was given and writes a file.
 struct FakePython;
 
 impl PythonRunner for FakePython {
-    fn run(&mut self, repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> i32 {
+    fn run(
+        &mut self,
+        repo: &mut dyn Repository,
+        cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32 {
         let stdin = String::from_utf8_lossy(io.stdin()).into_owned();
         io.write_stdout(format!("cwd={cwd} argv={argv:?} stdin={stdin:?}\n").as_bytes());
         io.write_stderr(b"warning: fake\n");
@@ -1514,25 +1667,49 @@ impl PythonRunner for FakePython {
 fn python_goes_to_the_runner_or_is_missing() {
     let mut repo = fixture();
     for (cmd, want) in [
-        ("python3 -c 'print(1)'", "bash: python3: command not found\n"),
+        (
+            "python3 -c 'print(1)'",
+            "bash: python3: command not found\n",
+        ),
         ("python x.py", "bash: python: command not found\n"),
         ("pytest -q", "bash: pytest: command not found\n"),
     ] {
-        assert_eq!(run_in(&mut repo, cmd), (want.to_string(), Some(127)), "{cmd}");
+        assert_eq!(
+            run_in(&mut repo, cmd),
+            (want.to_string(), Some(127)),
+            "{cmd}"
+        );
     }
     assert_eq!(run_in(&mut repo, "which python3"), (String::new(), Some(1)));
 
     let mut sh = VirtualShell::new().with_python(Box::new(FakePython));
-    let out = sh.run(&mut repo, "cd src && echo data | python3 -m pytest -q 2>/dev/null", TIMEOUT);
-    assert_eq!(out.output, "cwd=src argv=[\"python3\", \"-m\", \"pytest\", \"-q\"] stdin=\"data\\n\"\n");
+    let out = sh.run(
+        &mut repo,
+        "cd src && echo data | python3 -m pytest -q 2>/dev/null",
+        TIMEOUT,
+    );
+    assert_eq!(
+        out.output,
+        "cwd=src argv=[\"python3\", \"-m\", \"pytest\", \"-q\"] stdin=\"data\\n\"\n"
+    );
     assert_eq!(out.exit_code, Some(3));
     assert_eq!(repo.read(&p("src/ran.txt")).unwrap(), b"yes");
-    let out = sh.run(&mut repo, "cd /repo; pytest 2>&1 | tr a-z A-Z; which python pytest", TIMEOUT);
-    assert_eq!(out.output, "CWD=. ARGV=[\"PYTEST\"] STDIN=\"\"\nWARNING: FAKE\n/usr/bin/python\n/usr/bin/pytest\n");
+    let out = sh.run(
+        &mut repo,
+        "cd /repo; pytest 2>&1 | tr a-z A-Z; which python pytest",
+        TIMEOUT,
+    );
+    assert_eq!(
+        out.output,
+        "CWD=. ARGV=[\"PYTEST\"] STDIN=\"\"\nWARNING: FAKE\n/usr/bin/python\n/usr/bin/pytest\n"
+    );
     // A Python script run by path goes through the runner too.
     repo.write(&p("tool.py"), b"print('hi')\n").unwrap();
     let out = sh.run(&mut repo, "./tool.py a 2>&1", TIMEOUT);
-    assert_eq!(out.output, "cwd=. argv=[\"python3\", \"./tool.py\", \"a\"] stdin=\"\"\nwarning: fake\n");
+    assert_eq!(
+        out.output,
+        "cwd=. argv=[\"python3\", \"./tool.py\", \"a\"] stdin=\"\"\nwarning: fake\n"
+    );
 }
 
 /// A baseline kept as a snapshot, as the browser keeps the imported project.
@@ -1545,13 +1722,19 @@ impl VersionControl for Baseline {
             if !paths.is_empty() && !paths.iter().any(|q| path.starts_with(q)) {
                 continue;
             }
-            let old = self.0.get(&path).map(|d| String::from_utf8_lossy(d).into_owned()).unwrap_or_default();
+            let old = self
+                .0
+                .get(&path)
+                .map(|d| String::from_utf8_lossy(d).into_owned())
+                .unwrap_or_default();
             let new = if change == FileChange::Deleted {
                 String::new()
             } else {
                 String::from_utf8_lossy(&repo.read(&path)?).into_owned()
             };
-            out.push_str(&format!("diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"));
+            out.push_str(&format!(
+                "diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
+            ));
             out.extend(old.lines().map(|l| format!("-{l}\n")));
             out.extend(new.lines().map(|l| format!("+{l}\n")));
         }
@@ -1568,7 +1751,12 @@ impl VersionControl for Baseline {
                 Some(_) => {}
             }
         }
-        out.extend(self.0.keys().filter(|p| !now.contains_key(*p)).map(|p| (FileChange::Deleted, p.clone())));
+        out.extend(
+            self.0
+                .keys()
+                .filter(|p| !now.contains_key(*p))
+                .map(|p| (FileChange::Deleted, p.clone())),
+        );
         out.sort_by(|a, b| a.1.cmp(&b.1));
         Ok(out)
     }
@@ -1579,22 +1767,38 @@ fn git_diff_and_status_come_from_the_baseline() {
     let mut repo = fixture();
     assert_eq!(
         run_in(&mut repo, "git status"),
-        ("fatal: not a git repository (or any of the parent directories): .git\n".into(), Some(128))
+        (
+            "fatal: not a git repository (or any of the parent directories): .git\n".into(),
+            Some(128)
+        )
     );
-    let mut sh = VirtualShell::new().with_version_control(Box::new(Baseline(repo.snapshot().unwrap())));
+    let mut sh =
+        VirtualShell::new().with_version_control(Box::new(Baseline(repo.snapshot().unwrap())));
     let mut run = |repo: &mut VirtualRepo, cmd: &str| {
         let o = sh.run(repo, cmd, TIMEOUT);
         (o.output, o.exit_code)
     };
     assert_eq!(
         run(&mut repo, "git status"),
-        ("On branch main\nnothing to commit, working tree clean\n".into(), Some(0))
+        (
+            "On branch main\nnothing to commit, working tree clean\n".into(),
+            Some(0)
+        )
     );
-    run(&mut repo, "sed -i 's/hello/bye/' src/main.py; echo new > new.txt; rm nums.txt");
-    assert_eq!(run(&mut repo, "git status --short"), (" D nums.txt\n M src/main.py\n?? new.txt\n".into(), Some(0)));
+    run(
+        &mut repo,
+        "sed -i 's/hello/bye/' src/main.py; echo new > new.txt; rm nums.txt",
+    );
+    assert_eq!(
+        run(&mut repo, "git status --short"),
+        (" D nums.txt\n M src/main.py\n?? new.txt\n".into(), Some(0))
+    );
     assert_eq!(
         run(&mut repo, "cd src && git status -s"),
-        (" D ../nums.txt\n M main.py\n?? ../new.txt\n".into(), Some(0))
+        (
+            " D ../nums.txt\n M main.py\n?? ../new.txt\n".into(),
+            Some(0)
+        )
     );
     assert_eq!(
         run(&mut repo, "git status"),
@@ -1611,17 +1815,30 @@ fn git_diff_and_status_come_from_the_baseline() {
     );
     let (diff, status) = run(&mut repo, "git diff main.py");
     assert_eq!(status, Some(0));
-    assert!(diff.starts_with("diff --git a/src/main.py b/src/main.py\n"), "{diff}");
+    assert!(
+        diff.starts_with("diff --git a/src/main.py b/src/main.py\n"),
+        "{diff}"
+    );
     assert!(diff.contains("+    print(\"bye\")\n"), "{diff}");
     assert!(!diff.contains("nums.txt"), "{diff}");
-    assert_eq!(run(&mut repo, "git diff --name-only"), ("nums.txt\nsrc/main.py\n".into(), Some(0)));
+    assert_eq!(
+        run(&mut repo, "git diff --name-only"),
+        ("nums.txt\nsrc/main.py\n".into(), Some(0))
+    );
     assert_eq!(
         run(&mut repo, "git diff --stat -- /repo/src"),
-        (" src/main.py | 10 +++++-----\n 1 file changed, 5 insertions(+), 5 deletions(-)\n".into(), Some(0))
+        (
+            " src/main.py | 10 +++++-----\n 1 file changed, 5 insertions(+), 5 deletions(-)\n"
+                .into(),
+            Some(0)
+        )
     );
     let (out, status) = run(&mut repo, "git log");
     assert_eq!(status, Some(1));
-    assert!(out.starts_with("git: 'log' is not available in this shell"), "{out}");
+    assert!(
+        out.starts_with("git: 'log' is not available in this shell"),
+        "{out}"
+    );
 }
 
 /// A small deterministic generator, so a failure names a reproducible input.
@@ -1781,7 +1998,12 @@ fn random_input_never_panics() {
         }
     }
     // Deep nesting is refused, not recursed into.
-    for deep in ["$(".repeat(5000), "(".repeat(5000), "{ ".repeat(5000), format!("echo $(({}1", "(".repeat(5000))] {
+    for deep in [
+        "$(".repeat(5000),
+        "(".repeat(5000),
+        "{ ".repeat(5000),
+        format!("echo $(({}1", "(".repeat(5000)),
+    ] {
         let mut repo = fixture();
         let out = VirtualShell::new().run(&mut repo, &deep, TIMEOUT);
         assert_eq!(out.exit_code, Some(2), "{}", &deep[..10]);

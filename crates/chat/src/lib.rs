@@ -3,7 +3,8 @@
 //! evaluates only its new tokens. It is the engine-backed [`LanguageModel`] the agent runs on.
 
 use lilypad_agent::{
-    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling, TokenSink,
+    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling,
+    TokenSink,
 };
 use lilypad_engine::{Batch, BatchEvent, DoneReason, EngineError, Model, SamplingParams};
 use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
@@ -34,7 +35,9 @@ pub struct ChatSession {
 
 impl ChatSession {
     pub fn new(model: Model, tok: TextTokenizer, name: &str) -> Result<Self, ModelError> {
-        let template = tok.template().map_err(|e| ModelError::Other(e.to_string()))?;
+        let template = tok
+            .template()
+            .map_err(|e| ModelError::Other(e.to_string()))?;
         let template_has_tools = tok
             .chat_template
             .as_deref()
@@ -66,7 +69,12 @@ impl ChatSession {
 
     /// The prompt text `request` renders to (what the model is shown, before tokenization).
     pub fn prompt_text(&self, request: &Request<'_>) -> Result<String, ModelError> {
-        self.render(request.messages, request.tools, true, request.enable_thinking)
+        self.render(
+            request.messages,
+            request.tools,
+            true,
+            request.enable_thinking,
+        )
     }
 
     /// Forgets the cached conversation.
@@ -99,9 +107,18 @@ impl ChatSession {
     /// evaluated once and its state forked, sample i uses seed `sampling.seed + i`. The model
     /// needs `n` sequence slots (`ModelOptions::sequences`). Returns each sample's completion
     /// and generated token ids (end-of-turn token excluded); the cached conversation is reset.
-    pub async fn complete_many(&mut self, request: &Request<'_>, n: usize) -> Result<Vec<(Completion, Vec<u32>)>, ModelError> {
+    pub async fn complete_many(
+        &mut self,
+        request: &Request<'_>,
+        n: usize,
+    ) -> Result<Vec<(Completion, Vec<u32>)>, ModelError> {
         self.previous = None;
-        let text = self.render(request.messages, request.tools, true, request.enable_thinking)?;
+        let text = self.render(
+            request.messages,
+            request.tools,
+            true,
+            request.enable_thinking,
+        )?;
         let prompt = self.encode(&text)?;
         let sp = SamplingParams {
             temperature: request.sampling.temperature,
@@ -113,7 +130,9 @@ impl ChatSession {
         let start = Instant::now();
         let tok = &self.tok;
         let mut batch = Batch::new(&mut self.model, |id| tok.is_stop(id));
-        let ids = batch.submit_group(&prompt, n, &sp, request.max_tokens).map_err(engine_error)?;
+        let ids = batch
+            .submit_group(&prompt, n, &sp, request.max_tokens)
+            .map_err(engine_error)?;
         let mut tokens = vec![Vec::new(); n];
         let mut finish = vec![FinishReason::Length; n];
         let mut first = None;
@@ -141,7 +160,10 @@ impl ChatSession {
                 if t.last().is_some_and(|&id| self.tok.is_stop(id)) {
                     t.pop();
                 }
-                let text = self.tok.decode(&t).map_err(|e| ModelError::Other(e.to_string()))?;
+                let text = self
+                    .tok
+                    .decode(&t)
+                    .map_err(|e| ModelError::Other(e.to_string()))?;
                 let completion = Completion {
                     text,
                     finish,
@@ -167,7 +189,10 @@ impl ChatSession {
     ) -> Result<(Completion, Vec<u32>), ModelError> {
         let capacity = self.model.context as usize;
         if prompt.len() >= capacity {
-            return Err(ModelError::ContextFull { needed: prompt.len() + 1, capacity });
+            return Err(ModelError::ContextFull {
+                needed: prompt.len() + 1,
+                capacity,
+            });
         }
         let sp = SamplingParams {
             temperature: sampling.temperature,
@@ -212,7 +237,10 @@ impl ChatSession {
         }
         let end = Instant::now();
         let first = first.unwrap_or(end);
-        let ended = generation.tokens.last().is_some_and(|&id| self.tok.is_stop(id));
+        let ended = generation
+            .tokens
+            .last()
+            .is_some_and(|&id| self.tok.is_stop(id));
         let finish = if ended {
             FinishReason::Stop
         } else if stopped_by_caller {
@@ -234,7 +262,13 @@ impl ChatSession {
         Ok((completion, generation.tokens))
     }
 
-    fn render(&self, messages: &[Message], tools: &[Value], generation_prompt: bool, thinking: bool) -> Result<String, ModelError> {
+    fn render(
+        &self,
+        messages: &[Message],
+        tools: &[Value],
+        generation_prompt: bool,
+        thinking: bool,
+    ) -> Result<String, ModelError> {
         let mut extra = serde_json::json!({ "enable_thinking": thinking });
         if self.template_has_tools && !tools.is_empty() {
             extra["tools"] = Value::from(tools.to_vec());
@@ -243,13 +277,19 @@ impl ChatSession {
         if self.template_has_tools {
             self.template.render(messages, generation_prompt, extra)
         } else {
-            self.template.render(&describe_tools_inline(messages, tools), generation_prompt, extra)
+            self.template.render(
+                &describe_tools_inline(messages, tools),
+                generation_prompt,
+                extra,
+            )
         }
         .map_err(|e| ModelError::Other(e.to_string()))
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
-        self.tok.encode(text, true).map_err(|e| ModelError::Other(e.to_string()))
+        self.tok
+            .encode(text, true)
+            .map_err(|e| ModelError::Other(e.to_string()))
     }
 
     /// The prompt's tokens. When the conversation extends the previous turn, the tokens the model
@@ -264,15 +304,24 @@ impl ChatSession {
         Ok((full, tokens))
     }
 
-    fn extend_previous(&self, req: &Request<'_>, full: &str) -> Result<Option<Vec<u32>>, ModelError> {
-        let Some(prev) = &self.previous else { return Ok(None) };
+    fn extend_previous(
+        &self,
+        req: &Request<'_>,
+        full: &str,
+    ) -> Result<Option<Vec<u32>>, ModelError> {
+        let Some(prev) = &self.previous else {
+            return Ok(None);
+        };
         let n = prev.n_messages;
         if req.messages.len() <= n || req.messages[n].role != Role::Assistant {
             return Ok(None);
         }
         let before = self.render(&req.messages[..n], req.tools, true, req.enable_thinking)?;
         let with_reply = self.render(&req.messages[..=n], req.tools, false, req.enable_thinking)?;
-        if before != prev.prompt_text || !with_reply.starts_with(&before) || !full.starts_with(&with_reply) {
+        if before != prev.prompt_text
+            || !with_reply.starts_with(&before)
+            || !full.starts_with(&with_reply)
+        {
             return Ok(None);
         }
         // The rendered reply ends with the end-of-turn token's text and whatever the template
@@ -296,7 +345,10 @@ impl ChatSession {
         let tail = format!("{after_end}{}", &full[with_reply.len()..]);
         let mut tail_tokens = self.encode(&tail)?;
         // The tail is mid-conversation: no BOS there.
-        if self.tok.add_bos && self.tok.bos.is_some() && tail_tokens.first() == self.tok.bos.as_ref() {
+        if self.tok.add_bos
+            && self.tok.bos.is_some()
+            && tail_tokens.first() == self.tok.bos.as_ref()
+        {
             tail_tokens.remove(0);
         }
         tokens.extend(tail_tokens);
@@ -341,7 +393,10 @@ fn describe_tools_inline(messages: &[Message], tools: &[Value]) -> Vec<Message> 
                 }
                 out.push(Message::new(Role::Assistant, text.trim_start().to_string()));
             }
-            Role::Tool => out.push(Message::user(format!("<tool_response>\n{}\n</tool_response>", m.content))),
+            Role::Tool => out.push(Message::user(format!(
+                "<tool_response>\n{}\n</tool_response>",
+                m.content
+            ))),
             _ => out.push(Message::new(m.role, m.content.clone())),
         }
     }
@@ -350,7 +405,9 @@ fn describe_tools_inline(messages: &[Message], tools: &[Value]) -> Vec<Message> 
 
 fn engine_error(e: EngineError) -> ModelError {
     match e {
-        EngineError::ContextFull { needed, capacity } => ModelError::ContextFull { needed, capacity },
+        EngineError::ContextFull { needed, capacity } => {
+            ModelError::ContextFull { needed, capacity }
+        }
         e => ModelError::Other(e.to_string()),
     }
 }
@@ -364,9 +421,15 @@ impl LanguageModel for ChatSession {
         self.model.context as usize
     }
 
-    async fn complete(&mut self, req: &Request<'_>, on_text: &mut TokenSink<'_>) -> Result<Completion, ModelError> {
+    async fn complete(
+        &mut self,
+        req: &Request<'_>,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<Completion, ModelError> {
         let (prompt_text, prompt) = self.prompt_tokens(req)?;
-        let (completion, generated) = self.run(&prompt, req.sampling, req.max_tokens, on_text).await?;
+        let (completion, generated) = self
+            .run(&prompt, req.sampling, req.max_tokens, on_text)
+            .await?;
         let ended = generated.last().is_some_and(|&id| self.tok.is_stop(id));
         let mut seen = prompt;
         seen.extend_from_slice(&generated);

@@ -25,7 +25,11 @@ fn solve_runs_the_agent_with_a_real_model() {
     let repo = work.join("leap-year");
     std::fs::create_dir_all(&repo).unwrap();
     for name in ["calendar_utils.py", "test_calendar_utils.py", "TASK.md"] {
-        std::fs::copy(repo_root().join("examples/leap-year").join(name), repo.join(name)).unwrap();
+        std::fs::copy(
+            repo_root().join("examples/leap-year").join(name),
+            repo.join(name),
+        )
+        .unwrap();
     }
     let out = work.join("run");
     let output = Command::new(env!("CARGO_BIN_EXE_lilypad"))
@@ -37,22 +41,44 @@ fn solve_runs_the_agent_with_a_real_model() {
         .arg(repo.join("TASK.md"))
         .arg("--out")
         .arg(&out)
-        .args(["--max-steps", "2", "--max-tokens-per-step", "40", "--temperature", "0", "--context", "2048"])
+        .args([
+            "--max-steps",
+            "2",
+            "--max-tokens-per-step",
+            "40",
+            "--temperature",
+            "0",
+            "--context",
+            "2048",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert!(stderr.contains("── step 1 ──") && stderr.contains("finished:"), "{stderr}");
+    assert!(
+        stderr.contains("── step 1 ──") && stderr.contains("finished:"),
+        "{stderr}"
+    );
 
     let trajectory: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("trajectory.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("trajectory.json")).unwrap())
+            .unwrap();
     let steps = trajectory["steps"].as_array().unwrap();
     assert!((1..=2).contains(&steps.len()), "{trajectory}");
     assert!(trajectory["exit"]["reason"].is_string(), "{trajectory}");
-    assert!(steps[0]["prompt_tokens"].as_u64().unwrap() > 300, "tools are in the prompt");
+    assert!(
+        steps[0]["prompt_tokens"].as_u64().unwrap() > 300,
+        "tools are in the prompt"
+    );
     assert_eq!(steps[0]["prefilled_tokens"], steps[0]["prompt_tokens"]);
-    assert_eq!(trajectory["messages"][1]["content"], std::fs::read_to_string(repo.join("TASK.md")).unwrap());
+    assert_eq!(
+        trajectory["messages"][1]["content"],
+        std::fs::read_to_string(repo.join("TASK.md")).unwrap()
+    );
     // The patch file is exactly the trajectory's patch (empty when nothing was edited).
-    assert_eq!(std::fs::read_to_string(out.join("patch.diff")).unwrap(), trajectory["patch"].as_str().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(out.join("patch.diff")).unwrap(),
+        trajectory["patch"].as_str().unwrap()
+    );
     std::fs::remove_dir_all(&work).ok();
 }

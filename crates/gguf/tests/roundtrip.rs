@@ -262,7 +262,9 @@ fn streamed_file_equals_the_in_memory_one() {
     let mut streamed = GgufWriter::new().alignment(64);
     whole.metadata("general.architecture", Value::String("test".into()));
     streamed.metadata("general.architecture", Value::String("test".into()));
-    whole.tensor("a", &[8, 8], GgmlType::F32, a.clone()).unwrap();
+    whole
+        .tensor("a", &[8, 8], GgmlType::F32, a.clone())
+        .unwrap();
     streamed.tensor("a", &[8, 8], GgmlType::F32, a).unwrap();
     whole.tensor("b", &[32], GgmlType::Q8_0, b.clone()).unwrap();
     streamed.declare_tensor("b", &[32], GgmlType::Q8_0).unwrap();
@@ -275,7 +277,10 @@ fn streamed_file_equals_the_in_memory_one() {
         .unwrap();
     assert_eq!(out, whole.to_bytes());
     let file = GgufFile::read(&out).unwrap();
-    assert_eq!(file.tensor_bytes(&out, file.tensor("b").unwrap()).unwrap(), &b[..]);
+    assert_eq!(
+        file.tensor_bytes(&out, file.tensor("b").unwrap()).unwrap(),
+        &b[..]
+    );
     let err = streamed.write_to(&mut Vec::new(), &mut |_, _| vec![0; 3]);
     assert_eq!(err.unwrap_err().kind(), std::io::ErrorKind::InvalidData);
 }

@@ -191,9 +191,10 @@ pub(crate) fn from_metadata(md: &Metadata) -> Result<TextTokenizer> {
             .unwrap_or(default_add_bos);
     let mut stop = eog_tokens(&tok, eos);
     if let Some(eot) = id("tokenizer.ggml.eot_token_id")
-        && !stop.contains(&eot) {
-            stop.push(eot);
-        }
+        && !stop.contains(&eot)
+    {
+        stop.push(eot);
+    }
     let template = md
         .get("tokenizer.chat_template")
         .and_then(Value::as_str)

@@ -106,9 +106,10 @@ impl TextTokenizer {
         let enc = tok.encode(text, false)?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if self.add_bos
-            && let Some(b) = self.bos {
-                ids.push(b);
-            }
+            && let Some(b) = self.bos
+        {
+            ids.push(b);
+        }
         ids.extend_from_slice(enc.get_ids());
         Ok(ids)
     }
@@ -192,9 +193,10 @@ fn eog_tokens(tok: &Tokenizer, eos: Option<u32>) -> Vec<u32> {
     let mut v: Vec<u32> = eos.into_iter().collect();
     for name in EOG_NAMES {
         if let Some(id) = tok.token_to_id(name)
-            && !v.contains(&id) {
-                v.push(id);
-            }
+            && !v.contains(&id)
+        {
+            v.push(id);
+        }
     }
     v
 }

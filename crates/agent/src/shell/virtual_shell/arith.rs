@@ -11,8 +11,9 @@ enum Tok {
 }
 
 const OPS: &[&str] = &[
-    "<<=", ">>=", "**", "++", "--", "+=", "-=", "*=", "/=", "%=", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "+",
-    "-", "*", "/", "%", "<", ">", "=", "!", "~", "&", "|", "^", "(", ")", "?", ":",
+    "<<=", ">>=", "**", "++", "--", "+=", "-=", "*=", "/=", "%=", "<<", ">>", "<=", ">=", "==",
+    "!=", "&&", "||", "+", "-", "*", "/", "%", "<", ">", "=", "!", "~", "&", "|", "^", "(", ")",
+    "?", ":",
 ];
 
 fn lex(src: &str) -> Result<Vec<Tok>, String> {
@@ -29,8 +30,8 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
                 i += 1;
             }
             let text = &src[start..i];
-            let n =
-                parse_integer(text).ok_or_else(|| format!("value too great for base (error token is \"{text}\")"))?;
+            let n = parse_integer(text)
+                .ok_or_else(|| format!("value too great for base (error token is \"{text}\")"))?;
             out.push(Tok::Num(n));
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let start = i;
@@ -42,7 +43,12 @@ fn lex(src: &str) -> Result<Vec<Tok>, String> {
             let op = OPS
                 .iter()
                 .find(|op| src[i..].starts_with(**op))
-                .ok_or_else(|| format!("syntax error: operand expected (error token is \"{}\")", &src[i..]))?;
+                .ok_or_else(|| {
+                    format!(
+                        "syntax error: operand expected (error token is \"{}\")",
+                        &src[i..]
+                    )
+                })?;
             out.push(Tok::Op(op));
             i += op.len();
         }
@@ -74,11 +80,19 @@ pub fn eval(src: &str, vars: &mut BTreeMap<String, String>) -> Result<i64, Strin
     if toks.is_empty() {
         return Ok(0);
     }
-    let mut e = Eval { toks, pos: 0, vars, depth: 0 };
+    let mut e = Eval {
+        toks,
+        pos: 0,
+        vars,
+        depth: 0,
+    };
     let v = e.assign()?;
     match e.toks.get(e.pos) {
         None => Ok(v),
-        Some(t) => Err(format!("syntax error in expression (error token is \"{}\")", show(t))),
+        Some(t) => Err(format!(
+            "syntax error in expression (error token is \"{}\")",
+            show(t)
+        )),
     }
 }
 
@@ -113,7 +127,10 @@ impl Eval<'_> {
     }
 
     fn var(&self, name: &str) -> i64 {
-        self.vars.get(name).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        self.vars
+            .get(name)
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// Runs a recursive step, refusing nesting deep enough to threaten the stack.
@@ -132,7 +149,8 @@ impl Eval<'_> {
     }
 
     fn assign_inner(&mut self) -> Result<i64, String> {
-        if let (Some(Tok::Name(name)), Some(Tok::Op(op))) = (self.toks.get(self.pos), self.toks.get(self.pos + 1))
+        if let (Some(Tok::Name(name)), Some(Tok::Op(op))) =
+            (self.toks.get(self.pos), self.toks.get(self.pos + 1))
             && matches!(*op, "=" | "+=" | "-=" | "*=" | "/=" | "%=" | "<<=" | ">>=")
         {
             let (name, op) = (name.clone(), *op);
@@ -167,7 +185,9 @@ impl Eval<'_> {
     }
 
     fn binary(&mut self, level: usize) -> Result<i64, String> {
-        let Some(ops) = LEVELS.get(level) else { return self.power() };
+        let Some(ops) = LEVELS.get(level) else {
+            return self.power();
+        };
         let mut lhs = self.binary(level + 1)?;
         while let Some(op) = self.peek_op().filter(|o| ops.contains(o)) {
             self.pos += 1;
@@ -195,7 +215,11 @@ impl Eval<'_> {
     }
 
     fn unary_inner(&mut self) -> Result<i64, String> {
-        let tok = self.toks.get(self.pos).cloned().ok_or("syntax error: operand expected")?;
+        let tok = self
+            .toks
+            .get(self.pos)
+            .cloned()
+            .ok_or("syntax error: operand expected")?;
         self.pos += 1;
         match tok {
             Tok::Num(n) => Ok(n),
@@ -204,7 +228,11 @@ impl Eval<'_> {
                 match self.peek_op() {
                     Some(op @ ("++" | "--")) => {
                         self.pos += 1;
-                        let nv = if op == "++" { v.wrapping_add(1) } else { v.wrapping_sub(1) };
+                        let nv = if op == "++" {
+                            v.wrapping_add(1)
+                        } else {
+                            v.wrapping_sub(1)
+                        };
                         self.vars.insert(name, nv.to_string());
                         Ok(v)
                     }
@@ -225,7 +253,11 @@ impl Eval<'_> {
                 };
                 self.pos += 1;
                 let v = self.var(&name);
-                let nv = if op == "++" { v.wrapping_add(1) } else { v.wrapping_sub(1) };
+                let nv = if op == "++" {
+                    v.wrapping_add(1)
+                } else {
+                    v.wrapping_sub(1)
+                };
                 self.vars.insert(name, nv.to_string());
                 Ok(nv)
             }
@@ -233,7 +265,9 @@ impl Eval<'_> {
             Tok::Op("+") => self.unary(),
             Tok::Op("!") => Ok(i64::from(self.unary()? == 0)),
             Tok::Op("~") => Ok(!self.unary()?),
-            Tok::Op(op) => Err(format!("syntax error: operand expected (error token is \"{op}\")")),
+            Tok::Op(op) => Err(format!(
+                "syntax error: operand expected (error token is \"{op}\")"
+            )),
         }
     }
 }
@@ -259,7 +293,11 @@ fn binary(op: &str, a: i64, b: i64) -> Result<i64, String> {
         "|" => a | b,
         "&&" => i64::from(a != 0 && b != 0),
         "||" => i64::from(a != 0 || b != 0),
-        _ => return Err(format!("syntax error: invalid arithmetic operator (error token is \"{op}\")")),
+        _ => {
+            return Err(format!(
+                "syntax error: invalid arithmetic operator (error token is \"{op}\")"
+            ));
+        }
     })
 }
 

@@ -155,11 +155,17 @@ impl Interp<'_> {
 
     /// The field separators: `$IFS`, or blanks and newlines when it is unset.
     pub fn ifs(&self) -> String {
-        self.vars.get("IFS").cloned().unwrap_or_else(|| " \t\n".into())
+        self.vars
+            .get("IFS")
+            .cloned()
+            .unwrap_or_else(|| " \t\n".into())
     }
 
     fn home(&self) -> String {
-        self.vars.get("HOME").cloned().unwrap_or_else(|| self.repo.root().to_string())
+        self.vars
+            .get("HOME")
+            .cloned()
+            .unwrap_or_else(|| self.repo.root().to_string())
     }
 
     /// The value of a parameter, substitution or arithmetic part.
@@ -264,8 +270,16 @@ pub(super) struct Split<'v> {
 /// (so `a,,b` has an empty middle field), and blanks at either end are dropped.
 pub(super) fn split_fields<'v>(value: &'v str, ifs: &str) -> Split<'v> {
     if ifs.is_empty() {
-        let fields = if value.is_empty() { Vec::new() } else { vec![value] };
-        return Split { fields, leading: false, trailing: false };
+        let fields = if value.is_empty() {
+            Vec::new()
+        } else {
+            vec![value]
+        };
+        return Split {
+            fields,
+            leading: false,
+            trailing: false,
+        };
     }
     let is_blank = |c: char| c.is_whitespace() && ifs.contains(c);
     let mut rest = value.trim_start_matches(is_blank);
@@ -276,7 +290,11 @@ pub(super) fn split_fields<'v>(value: &'v str, ifs: &str) -> Split<'v> {
         fields.push(field);
         rest = after;
     }
-    Split { fields, leading, trailing: value.ends_with(|c: char| ifs.contains(c)) }
+    Split {
+        fields,
+        leading,
+        trailing: value.ends_with(|c: char| ifs.contains(c)),
+    }
 }
 
 /// The text before the first IFS character, and what follows its separator (blanks, at most
@@ -285,7 +303,11 @@ pub(super) fn first_field<'v>(text: &'v str, ifs: &str) -> (&'v str, &'v str) {
     let is_blank = |c: char| c.is_whitespace() && ifs.contains(c);
     let end = text.find(|c: char| ifs.contains(c)).unwrap_or(text.len());
     let mut rest = text[end..].trim_start_matches(is_blank);
-    if let Some(c) = rest.chars().next().filter(|&c| ifs.contains(c) && !is_blank(c)) {
+    if let Some(c) = rest
+        .chars()
+        .next()
+        .filter(|&c| ifs.contains(c) && !is_blank(c))
+    {
         rest = rest[c.len_utf8()..].trim_start_matches(is_blank);
     }
     (&text[..end], rest)
@@ -293,7 +315,9 @@ pub(super) fn first_field<'v>(text: &'v str, ifs: &str) -> (&'v str, &'v str) {
 
 fn is_quoted(part: &Part) -> bool {
     match part {
-        Part::Param { quoted, .. } | Part::Subst { quoted, .. } | Part::Arith { quoted, .. } => *quoted,
+        Part::Param { quoted, .. } | Part::Subst { quoted, .. } | Part::Arith { quoted, .. } => {
+            *quoted
+        }
         Part::Quoted(_) => true,
         Part::Lit(_) | Part::Tilde => false,
     }
@@ -301,7 +325,10 @@ fn is_quoted(part: &Part) -> bool {
 
 /// Every byte offset that starts a character, plus the end.
 fn char_boundaries(s: &str) -> Vec<usize> {
-    s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect()
+    s.char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(s.len()))
+        .collect()
 }
 
 /// Brace expansions one word may produce at most.
@@ -322,7 +349,9 @@ fn brace_into(word: Word, out: &mut Vec<Word>, depth: usize) {
     }
     for (i, part) in word.iter().enumerate() {
         let Part::Lit(text) = part else { continue };
-        let Some((pre, alts, post)) = find_brace(text) else { continue };
+        let Some((pre, alts, post)) = find_brace(text) else {
+            continue;
+        };
         for alt in alts {
             if out.len() >= MAX_BRACE_WORDS {
                 return;
@@ -369,7 +398,10 @@ fn find_brace(text: &str) -> Option<(&str, Vec<String>, &str)> {
             let mut bounds = vec![open];
             bounds.extend(&commas);
             bounds.push(close);
-            bounds.windows(2).map(|w| text[w[0] + 1..w[1]].to_string()).collect()
+            bounds
+                .windows(2)
+                .map(|w| text[w[0] + 1..w[1]].to_string())
+                .collect()
         };
         return Some((&text[..open], alts, &text[close + 1..]));
     }
@@ -385,10 +417,9 @@ fn sequence(inner: &str) -> Option<Vec<String>> {
         _ => return None,
     };
     if let (Ok(a), Ok(b)) = (from.parse::<i64>(), to.parse::<i64>()) {
-        let width = if [from, to]
-            .iter()
-            .any(|s| s.trim_start_matches('-').len() > 1 && s.trim_start_matches('-').starts_with('0'))
-        {
+        let width = if [from, to].iter().any(|s| {
+            s.trim_start_matches('-').len() > 1 && s.trim_start_matches('-').starts_with('0')
+        }) {
             from.len().max(to.len())
         } else {
             0
@@ -398,15 +429,26 @@ fn sequence(inner: &str) -> Option<Vec<String>> {
             return None;
         }
         let dir = if b >= a { step } else { -step };
-        return Some((0..count as i64).map(|k| format!("{:0width$}", a + k * dir)).collect());
+        return Some(
+            (0..count as i64)
+                .map(|k| format!("{:0width$}", a + k * dir))
+                .collect(),
+        );
     }
     let (mut fc, mut tc) = (from.chars(), to.chars());
-    let (Some(a), None, Some(b), None) = (fc.next(), fc.next(), tc.next(), tc.next()) else { return None };
+    let (Some(a), None, Some(b), None) = (fc.next(), fc.next(), tc.next(), tc.next()) else {
+        return None;
+    };
     if !a.is_ascii_alphabetic() || !b.is_ascii_alphabetic() {
         return None;
     }
     let (a, b) = (a as i64, b as i64);
     let dir = if b >= a { step } else { -step };
     let count = (a - b).abs() / step + 1;
-    Some((0..count).filter_map(|k| char::from_u32((a + k * dir) as u32)).map(String::from).collect())
+    Some(
+        (0..count)
+            .filter_map(|k| char::from_u32((a + k * dir) as u32))
+            .map(String::from)
+            .collect(),
+    )
 }

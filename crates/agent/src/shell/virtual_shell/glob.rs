@@ -172,15 +172,23 @@ pub fn class_has(class: &str, c: char) -> bool {
 pub fn expand(repo: &dyn Repository, cwd: &RepoPath, pattern: &str) -> Vec<String> {
     let absolute = pattern.starts_with('/');
     let want_dir = pattern.ends_with('/');
-    let mut cands = vec![if absolute { "/".to_string() } else { String::new() }];
+    let mut cands = vec![if absolute {
+        "/".to_string()
+    } else {
+        String::new()
+    }];
     let comps: Vec<&str> = pattern.split('/').filter(|c| !c.is_empty()).collect();
     for comp in comps {
         let mut next = Vec::new();
         if has_magic(comp) {
             for cand in &cands {
                 let dir = if cand.is_empty() { "." } else { cand.as_str() };
-                let Ok(path) = RepoPath::resolve(repo.root(), cwd, dir) else { continue };
-                let Ok(entries) = repo.list_dir(&path) else { continue };
+                let Ok(path) = RepoPath::resolve(repo.root(), cwd, dir) else {
+                    continue;
+                };
+                let Ok(entries) = repo.list_dir(&path) else {
+                    continue;
+                };
                 for e in entries {
                     // A leading dot is matched only by a pattern that spells it.
                     if e.name.starts_with('.') && !comp.starts_with('.') {
@@ -203,8 +211,14 @@ pub fn expand(repo: &dyn Repository, cwd: &RepoPath, pattern: &str) -> Vec<Strin
     let mut out: Vec<String> = cands
         .into_iter()
         .filter(|c| {
-            let kind = RepoPath::resolve(repo.root(), cwd, c).ok().and_then(|p| repo.kind(&p));
-            if want_dir { kind == Some(EntryKind::Dir) } else { kind.is_some() }
+            let kind = RepoPath::resolve(repo.root(), cwd, c)
+                .ok()
+                .and_then(|p| repo.kind(&p));
+            if want_dir {
+                kind == Some(EntryKind::Dir)
+            } else {
+                kind.is_some()
+            }
         })
         .map(|c| if want_dir { format!("{c}/") } else { c })
         .collect();

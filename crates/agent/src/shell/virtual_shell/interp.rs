@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::commands::{self, Ctx};
-use super::syntax::{AndOr, Command, Compound, Connector, List, Pipeline, RedirKind, Redirect, SimpleCommand};
+use super::syntax::{
+    AndOr, Command, Compound, Connector, List, Pipeline, RedirKind, Redirect, SimpleCommand,
+};
 use super::{PythonRunner, VersionControl};
 use crate::{EntryKind, RepoError, RepoPath, Repository};
 
@@ -72,7 +74,11 @@ pub(super) struct Fds {
 impl Fds {
     /// Stdout and stderr to the terminal, no stdin.
     pub fn terminal() -> Self {
-        Fds { stdin: None, out: Some(0), err: Some(0) }
+        Fds {
+            stdin: None,
+            out: Some(0),
+            err: Some(0),
+        }
     }
 }
 
@@ -101,7 +107,11 @@ pub(super) struct Budget {
 impl Budget {
     pub fn new(timeout: Duration) -> Self {
         let steps = (timeout.as_secs_f64() * STEPS_PER_SECOND as f64).max(1000.0) as u64;
-        Budget { steps_left: steps, deadline: web_time::Instant::now().checked_add(timeout), until_clock: 0 }
+        Budget {
+            steps_left: steps,
+            deadline: web_time::Instant::now().checked_add(timeout),
+            until_clock: 0,
+        }
     }
 
     #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
@@ -158,7 +168,12 @@ pub(super) struct Interp<'a> {
 }
 
 impl<'a> Interp<'a> {
-    pub fn new(repo: &'a mut dyn Repository, cwd: RepoPath, vars: BTreeMap<String, String>, timeout: Duration) -> Self {
+    pub fn new(
+        repo: &'a mut dyn Repository,
+        cwd: RepoPath,
+        vars: BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> Self {
         Interp {
             repo,
             cwd,
@@ -172,7 +187,11 @@ impl<'a> Interp<'a> {
             cond: 0,
             loops: 0,
             subst_status: None,
-            sinks: vec![Sink { data: Vec::new(), cap: TERMINAL_CAP, truncated: false }],
+            sinks: vec![Sink {
+                data: Vec::new(),
+                cap: TERMINAL_CAP,
+                truncated: false,
+            }],
             inputs: Vec::new(),
         }
     }
@@ -203,7 +222,11 @@ impl<'a> Interp<'a> {
     }
 
     fn new_sink(&mut self, cap: usize) -> usize {
-        self.sinks.push(Sink { data: Vec::new(), cap, truncated: false });
+        self.sinks.push(Sink {
+            data: Vec::new(),
+            cap,
+            truncated: false,
+        });
         self.sinks.len() - 1
     }
 
@@ -215,12 +238,18 @@ impl<'a> Interp<'a> {
     }
 
     pub fn new_input(&mut self, data: Vec<u8>, file_len: Option<u64>) -> usize {
-        self.inputs.push(Input { data, pos: 0, file_len });
+        self.inputs.push(Input {
+            data,
+            pos: 0,
+            file_len,
+        });
         self.inputs.len() - 1
     }
 
     pub fn write(&mut self, sink: Option<usize>, bytes: &[u8]) {
-        let Some(s) = sink.and_then(|id| self.sinks.get_mut(id)) else { return };
+        let Some(s) = sink.and_then(|id| self.sinks.get_mut(id)) else {
+            return;
+        };
         let room = s.cap.saturating_sub(s.data.len());
         if bytes.len() > room {
             s.truncated = true;
@@ -230,7 +259,9 @@ impl<'a> Interp<'a> {
 
     /// Everything left on an input.
     pub fn read_all(&mut self, input: Option<usize>) -> Vec<u8> {
-        let Some(inp) = input.and_then(|id| self.inputs.get_mut(id)) else { return Vec::new() };
+        let Some(inp) = input.and_then(|id| self.inputs.get_mut(id)) else {
+            return Vec::new();
+        };
         let rest = inp.data.get(inp.pos..).unwrap_or_default().to_vec();
         inp.pos = inp.data.len();
         rest
@@ -250,7 +281,9 @@ impl<'a> Interp<'a> {
     }
 
     pub fn input_file_len(&self, input: Option<usize>) -> Option<u64> {
-        input.and_then(|id| self.inputs.get(id)).and_then(|i| i.file_len)
+        input
+            .and_then(|id| self.inputs.get(id))
+            .and_then(|i| i.file_len)
     }
 
     pub fn errln(&mut self, fds: Fds, msg: &str) {
@@ -259,7 +292,11 @@ impl<'a> Interp<'a> {
     }
 
     pub fn save_scope(&self) -> Scope {
-        Scope { cwd: self.cwd.clone(), vars: self.vars.clone(), opts: self.opts }
+        Scope {
+            cwd: self.cwd.clone(),
+            vars: self.vars.clone(),
+            opts: self.opts,
+        }
     }
 
     pub fn restore_scope(&mut self, s: Scope) {
@@ -339,10 +376,21 @@ impl<'a> Interp<'a> {
             let mut failed = 0;
             for (i, cmd) in p.commands.iter().enumerate() {
                 let last = i + 1 == p.commands.len();
-                let out = if last { fds.out } else { Some(self.new_sink(PIPE_CAP)) };
+                let out = if last {
+                    fds.out
+                } else {
+                    Some(self.new_sink(PIPE_CAP))
+                };
                 // Every stage is a subshell: `cd` or assignments in it do not leak.
                 let saved = self.save_scope();
-                let r = self.exec_command(cmd, Fds { stdin, out, err: fds.err });
+                let r = self.exec_command(
+                    cmd,
+                    Fds {
+                        stdin,
+                        out,
+                        err: fds.err,
+                    },
+                );
                 self.restore_scope(saved);
                 last_status = match r {
                     Ok(s) | Err(Flow::Exit(s)) => s,
@@ -361,9 +409,17 @@ impl<'a> Interp<'a> {
                 }
             }
             self.release(mark);
-            if self.opts.pipefail { failed } else { last_status }
+            if self.opts.pipefail {
+                failed
+            } else {
+                last_status
+            }
         };
-        let status = if p.negate { i32::from(status == 0) } else { status };
+        let status = if p.negate {
+            i32::from(status == 0)
+        } else {
+            status
+        };
         self.status = status;
         Ok(status)
     }
@@ -403,7 +459,10 @@ impl<'a> Interp<'a> {
         match c {
             Compound::Group(list) => self.exec_list(list, fds),
             Compound::Subshell(list) => self.exec_subshell(list, fds),
-            Compound::If { branches, otherwise } => {
+            Compound::If {
+                branches,
+                otherwise,
+            } => {
                 for (cond, body) in branches {
                     if self.in_condition(|sh| sh.exec_list(cond, fds))? == 0 {
                         return self.exec_list(body, fds);
@@ -490,7 +549,11 @@ impl<'a> Interp<'a> {
         let mark = self.mark();
         let r = match self.apply_redirects(&c.redirects, fds) {
             Ok((inner, files)) => {
-                let r = if argv.is_empty() { Ok(self.subst_status.unwrap_or(0)) } else { self.run_argv(&argv, inner) };
+                let r = if argv.is_empty() {
+                    Ok(self.subst_status.unwrap_or(0))
+                } else {
+                    self.run_argv(&argv, inner)
+                };
                 self.flush_files(files, fds);
                 r
             }
@@ -508,10 +571,19 @@ impl<'a> Interp<'a> {
 
     /// Runs one command by name: a builtin, a utility, Python, or a script file.
     pub fn run_argv(&mut self, argv: &[String], fds: Fds) -> Exec {
-        let Some(name) = argv.first() else { return Ok(0) };
+        let Some(name) = argv.first() else {
+            return Ok(0);
+        };
         let args = &argv[1..];
         if let Some(cmd) = commands::lookup(name) {
-            let status = cmd(&mut Ctx { sh: self, fds, name }, args)?;
+            let status = cmd(
+                &mut Ctx {
+                    sh: self,
+                    fds,
+                    name,
+                },
+                args,
+            )?;
             self.status = status;
             return Ok(status);
         }
@@ -576,7 +648,11 @@ impl<'a> Interp<'a> {
 
     // ---- redirections ----
 
-    fn apply_redirects(&mut self, redirects: &[Redirect], mut fds: Fds) -> Result<(Fds, Vec<FileOut>), Fail> {
+    fn apply_redirects(
+        &mut self,
+        redirects: &[Redirect],
+        mut fds: Fds,
+    ) -> Result<(Fds, Vec<FileOut>), Fail> {
         let mut files = Vec::new();
         for r in redirects {
             if r.fd > 2 {
@@ -592,7 +668,9 @@ impl<'a> Interp<'a> {
                             let data = self
                                 .resolve(&name)
                                 .and_then(|p| self.repo.read(&p))
-                                .map_err(|e| Fail::Msg(format!("{name}: {}", commands::errno(&e))))?;
+                                .map_err(|e| {
+                                    Fail::Msg(format!("{name}: {}", commands::errno(&e)))
+                                })?;
                             let len = data.len() as u64;
                             Some(self.new_input(data, Some(len)))
                         }
@@ -611,7 +689,12 @@ impl<'a> Interp<'a> {
                         _ => {
                             let path = self.open_for_write(&name, *append)?;
                             let sink = self.new_sink(FILE_CAP);
-                            files.push(FileOut { sink, path, append: *append, shown: name });
+                            files.push(FileOut {
+                                sink,
+                                path,
+                                append: *append,
+                                shown: name,
+                            });
                             Some(sink)
                         }
                     };
@@ -670,7 +753,9 @@ impl<'a> Interp<'a> {
                 let parent = path.parent().unwrap_or_default();
                 match self.repo.kind(&parent) {
                     Some(EntryKind::Dir) => {}
-                    Some(EntryKind::File) => return Err(msg(&RepoError::NotADirectory(name.into()))),
+                    Some(EntryKind::File) => {
+                        return Err(msg(&RepoError::NotADirectory(name.into())));
+                    }
                     None => return Err(msg(&RepoError::NotFound(name.into()))),
                 }
             }
@@ -688,10 +773,13 @@ impl<'a> Interp<'a> {
                 continue;
             }
             let result = if f.append {
-                self.repo.read(&f.path).or_else(|_| Ok(Vec::new())).and_then(|mut old: Vec<u8>| {
-                    old.extend_from_slice(&data);
-                    self.repo.write(&f.path, &old)
-                })
+                self.repo
+                    .read(&f.path)
+                    .or_else(|_| Ok(Vec::new()))
+                    .and_then(|mut old: Vec<u8>| {
+                        old.extend_from_slice(&data);
+                        self.repo.write(&f.path, &old)
+                    })
             } else {
                 self.repo.write(&f.path, &data)
             };
@@ -707,7 +795,14 @@ impl<'a> Interp<'a> {
     pub fn command_subst(&mut self, list: &List, fds: Fds) -> Result<String, Fail> {
         let mark = self.mark();
         let sink = self.new_sink(PIPE_CAP);
-        let r = self.exec_subshell(list, Fds { stdin: fds.stdin, out: Some(sink), err: fds.err });
+        let r = self.exec_subshell(
+            list,
+            Fds {
+                stdin: fds.stdin,
+                out: Some(sink),
+                err: fds.err,
+            },
+        );
         let (data, _) = self.take_sink(sink);
         self.release(mark);
         let status = r?;

@@ -46,7 +46,13 @@ pub trait VersionControl {
 pub trait PythonRunner {
     /// Runs `argv` (its first item is the command name as typed) in folder `cwd`, reading and
     /// writing files through `repo`; returns the exit status.
-    fn run(&mut self, repo: &mut dyn Repository, cwd: &RepoPath, argv: &[String], io: &mut ProgramIo) -> i32;
+    fn run(
+        &mut self,
+        repo: &mut dyn Repository,
+        cwd: &RepoPath,
+        argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32;
 }
 
 /// Which stream a program wrote to.
@@ -66,7 +72,11 @@ pub struct ProgramIo {
 
 impl ProgramIo {
     pub fn new(stdin: Vec<u8>) -> Self {
-        ProgramIo { stdin, chunks: Vec::new(), written: 0 }
+        ProgramIo {
+            stdin,
+            chunks: Vec::new(),
+            written: 0,
+        }
     }
 
     pub fn stdin(&self) -> &[u8] {
@@ -117,7 +127,11 @@ impl Default for VirtualShell {
 
 impl VirtualShell {
     pub fn new() -> Self {
-        VirtualShell { cwd: RepoPath::root(), vcs: None, python: None }
+        VirtualShell {
+            cwd: RepoPath::root(),
+            vcs: None,
+            python: None,
+        }
     }
 
     /// Answers `git diff` and `git status` from `vcs`.
@@ -150,7 +164,11 @@ impl Shell for VirtualShell {
         let list = match syntax::parse(command) {
             Ok(l) => l,
             Err(e) => {
-                return ShellOutput { output: format!("bash: {e}\n"), exit_code: Some(2), timed_out: false };
+                return ShellOutput {
+                    output: format!("bash: {e}\n"),
+                    exit_code: Some(2),
+                    timed_out: false,
+                };
             }
         };
         let root = repo.root().to_string();
@@ -181,7 +199,11 @@ impl Shell for VirtualShell {
         if truncated {
             output.push_str("\n[output truncated: more than 1 MiB]\n");
         }
-        ShellOutput { output, exit_code, timed_out }
+        ShellOutput {
+            output,
+            exit_code,
+            timed_out,
+        }
     }
 
     fn cwd(&self) -> RepoPath {

@@ -127,9 +127,20 @@ pub struct SimpleCommand {
 pub enum Compound {
     Group(List),
     Subshell(List),
-    For { var: String, items: Option<Vec<Word>>, body: List },
-    If { branches: Vec<(List, List)>, otherwise: Option<List> },
-    While { cond: List, body: List, until: bool },
+    For {
+        var: String,
+        items: Option<Vec<Word>>,
+        body: List,
+    },
+    If {
+        branches: Vec<(List, List)>,
+        otherwise: Option<List>,
+    },
+    While {
+        cond: List,
+        body: List,
+        until: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -169,7 +180,12 @@ fn parse_at_depth(src: &str, depth: usize) -> Result<List, ParseError> {
     }
     let mut lexer = Lexer::new(src, depth);
     let toks = lexer.tokens()?;
-    let mut parser = Parser { toks, pos: 0, heredocs: lexer.heredocs, depth };
+    let mut parser = Parser {
+        toks,
+        pos: 0,
+        heredocs: lexer.heredocs,
+        depth,
+    };
     let list = parser.list(&[])?;
     match parser.peek() {
         None => Ok(list),
@@ -296,7 +312,10 @@ struct Lexer {
 }
 
 fn is_meta(c: char) -> bool {
-    matches!(c, ' ' | '\t' | '\n' | '|' | '&' | ';' | '(' | ')' | '<' | '>')
+    matches!(
+        c,
+        ' ' | '\t' | '\n' | '|' | '&' | ';' | '(' | ')' | '<' | '>'
+    )
 }
 
 fn is_name_start(c: char) -> bool {
@@ -380,7 +399,14 @@ impl Lexer {
             '&' if self.eat('&') => Tok::Op(Op::And),
             '&' if self.eat('>') => {
                 let append = self.eat('>');
-                Tok::Redir { fd: None, op: if append { RedirOp::AppendBoth } else { RedirOp::WriteBoth } }
+                Tok::Redir {
+                    fd: None,
+                    op: if append {
+                        RedirOp::AppendBoth
+                    } else {
+                        RedirOp::WriteBoth
+                    },
+                }
             }
             '&' => Tok::Op(Op::Amp),
             ';' if self.eat(';') => Tok::Op(Op::DSemi),
@@ -402,15 +428,24 @@ impl Lexer {
                 // '<'
                 if self.eat('<') {
                     if self.eat('<') {
-                        Tok::Redir { fd, op: RedirOp::HereString }
+                        Tok::Redir {
+                            fd,
+                            op: RedirOp::HereString,
+                        }
                     } else {
                         let strip_tabs = self.eat('-');
                         return self.heredoc_start(fd, strip_tabs);
                     }
                 } else if self.eat('&') {
-                    Tok::Redir { fd, op: RedirOp::DupIn }
+                    Tok::Redir {
+                        fd,
+                        op: RedirOp::DupIn,
+                    }
                 } else {
-                    Tok::Redir { fd, op: RedirOp::Read }
+                    Tok::Redir {
+                        fd,
+                        op: RedirOp::Read,
+                    }
                 }
             }
         };
@@ -422,7 +457,9 @@ impl Lexer {
             self.pos += 1;
         }
         if self.peek().is_none_or(is_meta) {
-            return Err(ParseError::Unexpected(self.peek().map_or("newline".to_string(), |c| c.to_string())));
+            return Err(ParseError::Unexpected(
+                self.peek().map_or("newline".to_string(), |c| c.to_string()),
+            ));
         }
         // The delimiter is the word with its quotes removed; any quoting turns expansion off.
         let mut delim = String::new();
@@ -461,7 +498,12 @@ impl Lexer {
         }
         let index = self.heredocs.len();
         self.heredocs.push(Vec::new());
-        self.pending.push(PendingHereDoc { delim, strip_tabs, expand, index });
+        self.pending.push(PendingHereDoc {
+            delim,
+            strip_tabs,
+            expand,
+            index,
+        });
         Ok(Tok::HereDoc { fd, index })
     }
 
@@ -652,7 +694,12 @@ impl Lexer {
     }
 
     /// The expansion at the cursor, after the text gathered so far (a lone `$` stays text).
-    fn push_dollar(&mut self, parts: &mut Word, lit: &mut String, quoted: bool) -> Result<(), ParseError> {
+    fn push_dollar(
+        &mut self,
+        parts: &mut Word,
+        lit: &mut String,
+        quoted: bool,
+    ) -> Result<(), ParseError> {
         flush(parts, lit, quoted);
         match self.dollar(quoted)? {
             Some(p) => parts.push(p),
@@ -687,7 +734,9 @@ impl Lexer {
             return Ok(Some(Part::Subst { list, quoted }));
         }
         self.pos += 1; // '$'
-        let Some(c) = self.peek() else { return Ok(None) };
+        let Some(c) = self.peek() else {
+            return Ok(None);
+        };
         if c == '(' {
             if self.peek_at(1) == Some('(') {
                 self.pos += 2;
@@ -705,7 +754,11 @@ impl Lexer {
         }
         if matches!(c, '?' | '$' | '#' | '@' | '*' | '!' | '-') || c.is_ascii_digit() {
             self.pos += 1;
-            return Ok(Some(Part::Param { name: c.to_string(), op: ParamOp::Plain, quoted }));
+            return Ok(Some(Part::Param {
+                name: c.to_string(),
+                op: ParamOp::Plain,
+                quoted,
+            }));
         }
         if is_name_start(c) {
             let mut name = String::new();
@@ -713,7 +766,11 @@ impl Lexer {
                 name.push(n);
                 self.pos += 1;
             }
-            return Ok(Some(Part::Param { name, op: ParamOp::Plain, quoted }));
+            return Ok(Some(Part::Param {
+                name,
+                op: ParamOp::Plain,
+                quoted,
+            }));
         }
         Ok(None)
     }
@@ -776,7 +833,11 @@ impl Lexer {
             if !is_param_name(name) {
                 return Err(bad());
             }
-            return Ok(Part::Param { name: name.into(), op: ParamOp::Length, quoted });
+            return Ok(Part::Param {
+                name: name.into(),
+                op: ParamOp::Length,
+                quoted,
+            });
         }
         let name_len = if body.starts_with(|c: char| c.is_ascii_digit() || "?$#@*!-".contains(c)) {
             1
@@ -806,27 +867,46 @@ impl Lexer {
             let kind = chars.next().ok_or_else(bad)?;
             let arg = chars.as_str();
             match kind {
-                '-' => ParamOp::Default { word: sub(arg, self.depth)?, colon },
-                '=' => ParamOp::Assign { word: sub(arg, self.depth)?, colon },
-                '+' => ParamOp::Alternate { word: sub(arg, self.depth)?, colon },
+                '-' => ParamOp::Default {
+                    word: sub(arg, self.depth)?,
+                    colon,
+                },
+                '=' => ParamOp::Assign {
+                    word: sub(arg, self.depth)?,
+                    colon,
+                },
+                '+' => ParamOp::Alternate {
+                    word: sub(arg, self.depth)?,
+                    colon,
+                },
                 '#' if !colon => {
                     let (longest, p) = match arg.strip_prefix('#') {
                         Some(p) => (true, p),
                         None => (false, arg),
                     };
-                    ParamOp::TrimPrefix { pattern: sub(p, self.depth)?, longest }
+                    ParamOp::TrimPrefix {
+                        pattern: sub(p, self.depth)?,
+                        longest,
+                    }
                 }
                 '%' if !colon => {
                     let (longest, p) = match arg.strip_prefix('%') {
                         Some(p) => (true, p),
                         None => (false, arg),
                     };
-                    ParamOp::TrimSuffix { pattern: sub(p, self.depth)?, longest }
+                    ParamOp::TrimSuffix {
+                        pattern: sub(p, self.depth)?,
+                        longest,
+                    }
                 }
                 _ => return Err(bad()),
             }
         };
-        Ok(Part::Param { name: name.into(), op, quoted })
+        Ok(Part::Param {
+            name: name.into(),
+            op,
+            quoted,
+        })
     }
 }
 
@@ -840,7 +920,11 @@ fn is_param_name(name: &str) -> bool {
 fn flush(parts: &mut Word, lit: &mut String, quoted: bool) {
     if !lit.is_empty() {
         let text = std::mem::take(lit);
-        parts.push(if quoted { Part::Quoted(text) } else { Part::Lit(text) });
+        parts.push(if quoted {
+            Part::Quoted(text)
+        } else {
+            Part::Lit(text)
+        });
     }
 }
 
@@ -896,7 +980,11 @@ impl Parser {
 
     fn enter(&mut self) -> Result<(), ParseError> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH { Err(ParseError::TooDeep) } else { Ok(()) }
+        if self.depth > MAX_DEPTH {
+            Err(ParseError::TooDeep)
+        } else {
+            Ok(())
+        }
     }
 
     /// A sequence of and-or lists, ending before one of `stops` (in command position), `)`,
@@ -908,7 +996,9 @@ impl Parser {
             self.skip_newlines();
             match self.peek() {
                 None | Some(Tok::Op(Op::RParen)) => break,
-                Some(Tok::Word(w)) if bare(w).is_some_and(|s| stops.contains(&s) || STOP_WORDS.contains(&s)) => {
+                Some(Tok::Word(w))
+                    if bare(w).is_some_and(|s| stops.contains(&s) || STOP_WORDS.contains(&s)) =>
+                {
                     break;
                 }
                 _ => {}
@@ -948,7 +1038,10 @@ impl Parser {
         let mut commands = vec![self.command()?];
         while let Some(Tok::Op(op @ (Op::Pipe | Op::PipeBoth))) = self.peek() {
             if *op == Op::PipeBoth {
-                let dup = Redirect { fd: 2, kind: RedirKind::Dup(vec![Part::Lit("1".into())]) };
+                let dup = Redirect {
+                    fd: 2,
+                    kind: RedirKind::Dup(vec![Part::Lit("1".into())]),
+                };
                 match commands.last_mut() {
                     Some(Command::Simple(c)) => c.redirects.push(dup),
                     Some(Command::Compound(_, r)) => r.push(dup),
@@ -1003,7 +1096,9 @@ impl Parser {
                 Some(s) if STOP_WORDS.contains(&s) => return Err(self.unexpected()),
                 _ => return self.simple().map(Command::Simple),
             },
-            Some(Tok::Redir { .. } | Tok::HereDoc { .. }) => return self.simple().map(Command::Simple),
+            Some(Tok::Redir { .. } | Tok::HereDoc { .. }) => {
+                return self.simple().map(Command::Simple);
+            }
             _ => return Err(self.unexpected()),
         };
         let mut redirects = Vec::new();
@@ -1018,7 +1113,9 @@ impl Parser {
     fn double_bracket(&mut self) -> Result<Command, ParseError> {
         let mut words = Vec::new();
         loop {
-            let Some(tok) = self.next() else { return Err(ParseError::UnexpectedEof) };
+            let Some(tok) = self.next() else {
+                return Err(ParseError::UnexpectedEof);
+            };
             let text = match &tok {
                 Tok::Word(w) => {
                     words.push(w.clone());
@@ -1027,10 +1124,13 @@ impl Parser {
                     }
                     continue;
                 }
-                Tok::Op(op @ (Op::And | Op::Or | Op::LParen | Op::RParen)) => Tok::Op(*op).to_string(),
-                Tok::Redir { fd: None, op: op @ (RedirOp::Read | RedirOp::Write) } => {
-                    Tok::Redir { fd: None, op: *op }.to_string()
+                Tok::Op(op @ (Op::And | Op::Or | Op::LParen | Op::RParen)) => {
+                    Tok::Op(*op).to_string()
                 }
+                Tok::Redir {
+                    fd: None,
+                    op: op @ (RedirOp::Read | RedirOp::Write),
+                } => Tok::Redir { fd: None, op: *op }.to_string(),
                 Tok::Newline => continue,
                 other => return Err(ParseError::Unexpected(other.to_string())),
             };
@@ -1040,7 +1140,11 @@ impl Parser {
         while let Some(r) = self.redirect()? {
             redirects.push(r);
         }
-        Ok(Command::Simple(SimpleCommand { assigns: Vec::new(), words, redirects }))
+        Ok(Command::Simple(SimpleCommand {
+            assigns: Vec::new(),
+            words,
+            redirects,
+        }))
     }
 
     fn if_clause(&mut self) -> Result<Compound, ParseError> {
@@ -1068,14 +1172,19 @@ impl Parser {
                 _ => return Err(self.unexpected()),
             }
         }
-        Ok(Compound::If { branches, otherwise })
+        Ok(Compound::If {
+            branches,
+            otherwise,
+        })
     }
 
     fn for_clause(&mut self) -> Result<Compound, ParseError> {
         self.pos += 1;
         let var = match self.next() {
             Some(Tok::Word(w)) => match bare(&w) {
-                Some(name) if is_param_name(name) && name.starts_with(is_name_start) => name.to_string(),
+                Some(name) if is_param_name(name) && name.starts_with(is_name_start) => {
+                    name.to_string()
+                }
                 _ => return Err(ParseError::Unexpected(word_text(&w))),
             },
             Some(Tok::Op(Op::LParen)) => return Err(ParseError::Unsupported("for ((...))")),
@@ -1105,13 +1214,19 @@ impl Parser {
     }
 
     fn simple(&mut self) -> Result<SimpleCommand, ParseError> {
-        let mut cmd = SimpleCommand { assigns: Vec::new(), words: Vec::new(), redirects: Vec::new() };
+        let mut cmd = SimpleCommand {
+            assigns: Vec::new(),
+            words: Vec::new(),
+            redirects: Vec::new(),
+        };
         loop {
             if let Some(r) = self.redirect()? {
                 cmd.redirects.push(r);
                 continue;
             }
-            let Some(Tok::Word(w)) = self.peek() else { break };
+            let Some(Tok::Word(w)) = self.peek() else {
+                break;
+            };
             let w = w.clone();
             self.pos += 1;
             if cmd.words.is_empty()
@@ -1152,19 +1267,35 @@ impl Parser {
         };
         let kind = match op {
             RedirOp::Read => RedirKind::Read(target),
-            RedirOp::Write => RedirKind::Write { target, append: false },
-            RedirOp::Append => RedirKind::Write { target, append: true },
-            RedirOp::WriteBoth => RedirKind::WriteBoth { target, append: false },
-            RedirOp::AppendBoth => RedirKind::WriteBoth { target, append: true },
+            RedirOp::Write => RedirKind::Write {
+                target,
+                append: false,
+            },
+            RedirOp::Append => RedirKind::Write {
+                target,
+                append: true,
+            },
+            RedirOp::WriteBoth => RedirKind::WriteBoth {
+                target,
+                append: false,
+            },
+            RedirOp::AppendBoth => RedirKind::WriteBoth {
+                target,
+                append: true,
+            },
             RedirOp::DupOut | RedirOp::DupIn => {
                 // `>&file` (no descriptor number) means `&>file`.
-                let is_fd = bare(&target).is_some_and(|s| s == "-" || s.chars().all(|c| c.is_ascii_digit()));
+                let is_fd = bare(&target)
+                    .is_some_and(|s| s == "-" || s.chars().all(|c| c.is_ascii_digit()));
                 if op == RedirOp::DupOut
                     && fd.is_none()
                     && !is_fd
                     && !matches!(target.first(), Some(Part::Param { .. }))
                 {
-                    RedirKind::WriteBoth { target, append: false }
+                    RedirKind::WriteBoth {
+                        target,
+                        append: false,
+                    }
                 } else {
                     RedirKind::Dup(target)
                 }
@@ -1179,13 +1310,18 @@ impl Parser {
             RedirOp::Read | RedirOp::DupIn | RedirOp::HereString => 0,
             _ => 1,
         };
-        Ok(Some(Redirect { fd: fd.unwrap_or(default_fd), kind }))
+        Ok(Some(Redirect {
+            fd: fd.unwrap_or(default_fd),
+            kind,
+        }))
     }
 }
 
 /// `NAME=value` at the start of a simple command.
 fn assignment(w: &Word) -> Option<(String, Word)> {
-    let Some(Part::Lit(first)) = w.first() else { return None };
+    let Some(Part::Lit(first)) = w.first() else {
+        return None;
+    };
     let eq = first.find('=')?;
     let name = &first[..eq];
     if name.is_empty() || !name.starts_with(is_name_start) || !name.chars().all(is_name_char) {
@@ -1210,7 +1346,9 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert_eq!(l[0].first.commands.len(), 2);
         assert_eq!(l[0].rest.len(), 2);
-        let Command::Simple(f) = &l[1].first.commands[0] else { panic!() };
+        let Command::Simple(f) = &l[1].first.commands[0] else {
+            panic!()
+        };
         assert_eq!(f.redirects.len(), 2);
         assert_eq!(f.redirects[1].fd, 2);
     }
@@ -1219,15 +1357,26 @@ mod tests {
     fn heredoc_bodies_follow_the_line() {
         let l = parse("cat > f <<'EOF'\n$x `y`\nEOF\necho done").unwrap();
         assert_eq!(l.len(), 2);
-        let Command::Simple(c) = &l[0].first.commands[0] else { panic!() };
-        assert_eq!(c.redirects[1].kind, RedirKind::Here(vec![Part::Quoted("$x `y`\n".into())]));
+        let Command::Simple(c) = &l[0].first.commands[0] else {
+            panic!()
+        };
+        assert_eq!(
+            c.redirects[1].kind,
+            RedirKind::Here(vec![Part::Quoted("$x `y`\n".into())])
+        );
     }
 
     #[test]
     fn reports_bash_style_errors() {
         assert_eq!(parse("a |").unwrap_err(), ParseError::UnexpectedEof);
-        assert_eq!(parse("; a").unwrap_err().to_string(), "syntax error near unexpected token `;'");
-        assert_eq!(parse("echo 'x").unwrap_err(), ParseError::Unterminated('\''));
+        assert_eq!(
+            parse("; a").unwrap_err().to_string(),
+            "syntax error near unexpected token `;'"
+        );
+        assert_eq!(
+            parse("echo 'x").unwrap_err(),
+            ParseError::Unterminated('\'')
+        );
         assert!(parse("if true; then echo").is_err());
     }
 }

@@ -15,7 +15,11 @@ enum Op {
 }
 
 /// The edit script turning `a` into `b`, one op per line.
-fn edit_script<T: Eq + std::hash::Hash + Ord>(ctx: &mut Ctx<'_, '_>, a: &[T], b: &[T]) -> Result<Vec<Op>, Flow> {
+fn edit_script<T: Eq + std::hash::Hash + Ord>(
+    ctx: &mut Ctx<'_, '_>,
+    a: &[T],
+    b: &[T],
+) -> Result<Vec<Op>, Flow> {
     ctx.tick((a.len() + b.len()) as u64)?;
     // Past the deadline `similar` settles for a coarser (still correct) diff. Its clock is
     // std's, which panics on wasm32-unknown-unknown, so there only the step budget applies.
@@ -29,7 +33,9 @@ fn edit_script<T: Eq + std::hash::Hash + Ord>(ctx: &mut Ctx<'_, '_>, a: &[T], b:
             DiffOp::Equal { len, .. } => ops.extend(std::iter::repeat_n(Op::Equal, len)),
             DiffOp::Delete { old_len, .. } => ops.extend(std::iter::repeat_n(Op::Delete, old_len)),
             DiffOp::Insert { new_len, .. } => ops.extend(std::iter::repeat_n(Op::Insert, new_len)),
-            DiffOp::Replace { old_len, new_len, .. } => {
+            DiffOp::Replace {
+                old_len, new_len, ..
+            } => {
                 ops.extend(std::iter::repeat_n(Op::Delete, old_len));
                 ops.extend(std::iter::repeat_n(Op::Insert, new_len));
             }
@@ -147,7 +153,11 @@ fn unified(a: &Side<'_>, b: &Side<'_>, ops: &[Op], context: usize) -> Vec<u8> {
         let (a_start, b_start) = (pos[start].1, pos[start].2);
         let a_len = pos[start..end].iter().filter(|p| p.0 != Op::Insert).count();
         let b_len = pos[start..end].iter().filter(|p| p.0 != Op::Delete).count();
-        let header = format!("@@ -{} +{} @@\n", unified_range(a_start, a_len), unified_range(b_start, b_len));
+        let header = format!(
+            "@@ -{} +{} @@\n",
+            unified_range(a_start, a_len),
+            unified_range(b_start, b_len)
+        );
         out.extend_from_slice(header.as_bytes());
         for &(op, i, j) in &pos[start..end] {
             match op {
@@ -203,7 +213,9 @@ pub(super) fn diff(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         match ctx.read_operand(name) {
             Ok(d) => data.push(d),
             Err(e)
-                if opts.has("N") && ctx.kind(name).is_none() && !matches!(e, crate::RepoError::OutsideRoot { .. }) =>
+                if opts.has("N")
+                    && ctx.kind(name).is_none()
+                    && !matches!(e, crate::RepoError::OutsideRoot { .. }) =>
             {
                 data.push(Vec::new())
             }
@@ -215,10 +227,20 @@ pub(super) fn diff(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     }
     let (la, ea) = split_lines(&data[0]);
     let (lb, eb) = split_lines(&data[1]);
-    let a = Side { lines: la, ends_nl: ea };
-    let b = Side { lines: lb, ends_nl: eb };
+    let a = Side {
+        lines: la,
+        ends_nl: ea,
+    };
+    let b = Side {
+        lines: lb,
+        ends_nl: eb,
+    };
     let norm = |l: &[u8]| -> Vec<u8> {
-        let mut s: Vec<u8> = if opts.has("i") { l.to_ascii_lowercase() } else { l.to_vec() };
+        let mut s: Vec<u8> = if opts.has("i") {
+            l.to_ascii_lowercase()
+        } else {
+            l.to_vec()
+        };
         if opts.has("w") {
             s.retain(|c| !c.is_ascii_whitespace());
         } else if opts.has("b") {

@@ -27,7 +27,11 @@ fn human(n: u64) -> String {
     // GNU rounds up: one decimal below 10, whole numbers above.
     if v < 10.0 {
         let r = (v * 10.0).ceil() / 10.0;
-        if r >= 10.0 { format!("{}{suffix}", r.ceil() as u64) } else { format!("{r:.1}{suffix}") }
+        if r >= 10.0 {
+            format!("{}{suffix}", r.ceil() as u64)
+        } else {
+            format!("{r:.1}{suffix}")
+        }
     } else {
         format!("{}{suffix}", v.ceil() as u64)
     }
@@ -58,7 +62,10 @@ impl Ctx<'_, '_> {
     fn ls_entry(&self, path: &RepoPath, name: String) -> Option<LsEntry> {
         let kind = self.sh.repo.kind(path)?;
         let (len, links) = match kind {
-            EntryKind::File => (self.sh.repo.read(path).map(|d| d.len() as u64).unwrap_or(0), 1),
+            EntryKind::File => (
+                self.sh.repo.read(path).map(|d| d.len() as u64).unwrap_or(0),
+                1,
+            ),
             EntryKind::Dir => {
                 let subdirs = self
                     .sh
@@ -69,7 +76,12 @@ impl Ctx<'_, '_> {
                 (4096, 2 + subdirs)
             }
         };
-        Some(LsEntry { name, kind, len, links })
+        Some(LsEntry {
+            name,
+            kind,
+            len,
+            links,
+        })
     }
 
     /// Entries of one folder as `ls` would list them (hidden ones, `.`/`..`, order).
@@ -86,12 +98,19 @@ impl Ctx<'_, '_> {
                 continue;
             }
             let child = path.join(&e.name)?;
-            let links =
-                if e.kind == EntryKind::Dir { self.ls_entry(&child, String::new()).map_or(2, |x| x.links) } else { 1 };
+            let links = if e.kind == EntryKind::Dir {
+                self.ls_entry(&child, String::new()).map_or(2, |x| x.links)
+            } else {
+                1
+            };
             out.push(LsEntry {
                 name: e.name,
                 kind: e.kind,
-                len: if e.kind == EntryKind::Dir { 4096 } else { e.len },
+                len: if e.kind == EntryKind::Dir {
+                    4096
+                } else {
+                    e.len
+                },
                 links,
             });
         }
@@ -102,19 +121,41 @@ impl Ctx<'_, '_> {
     fn ls_print(&mut self, entries: &[LsEntry], o: &LsOpts, total: bool) {
         let mut text = String::new();
         let decorate = |e: &LsEntry| {
-            if o.classify && e.kind == EntryKind::Dir { format!("{}/", e.name) } else { e.name.clone() }
+            if o.classify && e.kind == EntryKind::Dir {
+                format!("{}/", e.name)
+            } else {
+                e.name.clone()
+            }
         };
         if o.long {
             if total {
                 let sum: u64 = entries.iter().map(blocks_kib).sum();
-                let shown = if o.human { human(sum * 1024) } else { sum.to_string() };
+                let shown = if o.human {
+                    human(sum * 1024)
+                } else {
+                    sum.to_string()
+                };
                 text.push_str(&format!("total {shown}\n"));
             }
-            let size = |e: &LsEntry| if o.human { human(e.len) } else { e.len.to_string() };
-            let lw = entries.iter().map(|e| e.links.to_string().len()).max().unwrap_or(1);
+            let size = |e: &LsEntry| {
+                if o.human {
+                    human(e.len)
+                } else {
+                    e.len.to_string()
+                }
+            };
+            let lw = entries
+                .iter()
+                .map(|e| e.links.to_string().len())
+                .max()
+                .unwrap_or(1);
             let sw = entries.iter().map(|e| size(e).len()).max().unwrap_or(1);
             for e in entries {
-                let mode = if e.kind == EntryKind::Dir { "drwxr-xr-x" } else { "-rw-r--r--" };
+                let mode = if e.kind == EntryKind::Dir {
+                    "drwxr-xr-x"
+                } else {
+                    "-rw-r--r--"
+                };
                 text.push_str(&format!(
                     "{mode} {:>lw$} user user {:>sw$} Jan  1 00:00 {}\n",
                     e.links,
@@ -162,7 +203,11 @@ pub(super) fn ls(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         2
     );
     let o = LsOpts {
-        long: opts.has("l") || opts.has("g") || opts.has("o") || opts.has("n") || opts.has("full-time"),
+        long: opts.has("l")
+            || opts.has("g")
+            || opts.has("o")
+            || opts.has("n")
+            || opts.has("full-time"),
         all: opts.has("a"),
         almost_all: opts.has("A"),
         recursive: opts.has("R"),
@@ -174,7 +219,11 @@ pub(super) fn ls(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         unsorted: opts.has("U"),
         commas: opts.has("m"),
     };
-    let operands: Vec<String> = if opts.operands.is_empty() { vec![".".into()] } else { opts.operands.clone() };
+    let operands: Vec<String> = if opts.operands.is_empty() {
+        vec![".".into()]
+    } else {
+        opts.operands.clone()
+    };
     let mut status = 0;
     let mut files = Vec::new();
     let mut dirs = Vec::new();
@@ -191,7 +240,11 @@ pub(super) fn ls(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 }
             }
             Err(e) => {
-                ctx.err(format_args!("ls: cannot access {}: {}", quote(arg), errno(&e)));
+                ctx.err(format_args!(
+                    "ls: cannot access {}: {}",
+                    quote(arg),
+                    errno(&e)
+                ));
                 status = 2;
             }
         }
@@ -213,7 +266,11 @@ pub(super) fn ls(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         let entries = match ctx.ls_dir_entries(&path, &o) {
             Ok(e) => e,
             Err(e) => {
-                ctx.err(format_args!("ls: cannot open directory {}: {}", quote(&shown), errno(&e)));
+                ctx.err(format_args!(
+                    "ls: cannot open directory {}: {}",
+                    quote(&shown),
+                    errno(&e)
+                ));
                 status = 2;
                 continue;
             }
@@ -231,7 +288,11 @@ pub(super) fn ls(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 .iter()
                 .filter(|e| e.kind == EntryKind::Dir && e.name != "." && e.name != "..")
                 .filter(|e| !crate::repo::SKIPPED_DIRS.contains(&e.name.as_str()))
-                .filter_map(|e| path.join(&e.name).ok().map(|p| (spelled_under(&shown, &path, &p), p)))
+                .filter_map(|e| {
+                    path.join(&e.name)
+                        .ok()
+                        .map(|p| (spelled_under(&shown, &path, &p), p))
+                })
                 .collect();
             queue.extend(subdirs.into_iter().rev());
         }
@@ -266,7 +327,11 @@ pub(super) fn mkdir(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             Ok(())
         });
         if let Err(e) = r {
-            ctx.err(format_args!("mkdir: cannot create directory {}: {}", quote(arg), errno(&e)));
+            ctx.err(format_args!(
+                "mkdir: cannot create directory {}: {}",
+                quote(arg),
+                errno(&e)
+            ));
             status = 1;
         }
     }
@@ -274,7 +339,13 @@ pub(super) fn mkdir(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
 }
 
 pub(super) fn rmdir(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
-    let opts = opts!(ctx, "rmdir", args, "p|parents v|verbose ignore-fail-on-non-empty", 1);
+    let opts = opts!(
+        ctx,
+        "rmdir",
+        args,
+        "p|parents v|verbose ignore-fail-on-non-empty",
+        1
+    );
     if opts.operands.is_empty() {
         return Ok(ctx.usage("rmdir", "missing operand", 1));
     }
@@ -283,9 +354,10 @@ pub(super) fn rmdir(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         let r = ctx.resolve(arg).and_then(|p| match ctx.sh.repo.kind(&p) {
             None => Err(RepoError::NotFound(arg.clone())),
             Some(EntryKind::File) => Err(RepoError::NotADirectory(arg.clone())),
-            Some(EntryKind::Dir) if p.is_root() => {
-                Err(RepoError::OutsideRoot { path: arg.clone(), root: String::new() })
-            }
+            Some(EntryKind::Dir) if p.is_root() => Err(RepoError::OutsideRoot {
+                path: arg.clone(),
+                root: String::new(),
+            }),
             Some(EntryKind::Dir) => {
                 if ctx.sh.repo.list_dir(&p)?.is_empty() {
                     ctx.sh.repo.remove(&p).map(|_| None)
@@ -303,7 +375,10 @@ pub(super) fn rmdir(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             Ok(Some(m)) => m.to_string(),
             Err(e) => errno(&e),
         };
-        ctx.err(format_args!("rmdir: failed to remove {}: {msg}", quote(arg)));
+        ctx.err(format_args!(
+            "rmdir: failed to remove {}: {msg}",
+            quote(arg)
+        ));
         status = 1;
     }
     Ok(status)
@@ -319,26 +394,40 @@ pub(super) fn rm(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     );
     let force = opts.has("f");
     if opts.operands.is_empty() {
-        return Ok(if force { 0 } else { ctx.usage("rm", "missing operand", 1) });
+        return Ok(if force {
+            0
+        } else {
+            ctx.usage("rm", "missing operand", 1)
+        });
     }
     let mut status = 0;
     for arg in &opts.operands {
         let last = arg.trim_end_matches('/').rsplit('/').next().unwrap_or("");
         if last == "." || last == ".." {
-            ctx.err(format_args!("rm: refusing to remove '.' or '..' directory: skipping {}", quote(arg)));
+            ctx.err(format_args!(
+                "rm: refusing to remove '.' or '..' directory: skipping {}",
+                quote(arg)
+            ));
             status = 1;
             continue;
         }
         let path = match ctx.resolve(arg) {
             Ok(p) if p.is_root() => {
-                ctx.err(format_args!("rm: it is dangerous to operate recursively on {}", quote(arg)));
+                ctx.err(format_args!(
+                    "rm: it is dangerous to operate recursively on {}",
+                    quote(arg)
+                ));
                 ctx.err("rm: use --no-preserve-root to override this failsafe");
                 status = 1;
                 continue;
             }
             Ok(p) => p,
             Err(e) => {
-                ctx.err(format_args!("rm: cannot remove {}: {}", quote(arg), errno(&e)));
+                ctx.err(format_args!(
+                    "rm: cannot remove {}: {}",
+                    quote(arg),
+                    errno(&e)
+                ));
                 status = 1;
                 continue;
             }
@@ -346,14 +435,23 @@ pub(super) fn rm(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         let fail = match ctx.sh.repo.kind(&path) {
             None if force => continue,
             None => Some("No such file or directory".to_string()),
-            Some(EntryKind::Dir) if !opts.has("r") && !opts.has("d") => Some("Is a directory".into()),
-            Some(EntryKind::Dir) if !opts.has("r") && !ctx.sh.repo.list_dir(&path).unwrap_or_default().is_empty() => {
+            Some(EntryKind::Dir) if !opts.has("r") && !opts.has("d") => {
+                Some("Is a directory".into())
+            }
+            Some(EntryKind::Dir)
+                if !opts.has("r")
+                    && !ctx.sh.repo.list_dir(&path).unwrap_or_default().is_empty() =>
+            {
                 Some("Directory not empty".into())
             }
             Some(kind) => match ctx.sh.repo.remove(&path) {
                 Ok(()) => {
                     if opts.has("v") {
-                        let what = if kind == EntryKind::Dir { "removed directory" } else { "removed" };
+                        let what = if kind == EntryKind::Dir {
+                            "removed directory"
+                        } else {
+                            "removed"
+                        };
                         ctx.outs(&format!("{what} {}\n", quote(arg)));
                     }
                     None
@@ -382,14 +480,21 @@ fn targets(
         None => match operands.split_last() {
             Some((d, s)) if !s.is_empty() => (s.to_vec(), d.clone()),
             Some((d, _)) => {
-                return Err(ctx.usage(cmd, &format!("missing destination file operand after {}", quote(d)), 1));
+                return Err(ctx.usage(
+                    cmd,
+                    &format!("missing destination file operand after {}", quote(d)),
+                    1,
+                ));
             }
             None => return Err(ctx.usage(cmd, "missing file operand", 1)),
         },
     };
     let into = ctx.kind(&dest) == Some(EntryKind::Dir);
     if sources.len() > 1 && !into {
-        ctx.err(format_args!("{cmd}: target {} is not a directory", quote(&dest)));
+        ctx.err(format_args!(
+            "{cmd}: target {} is not a directory",
+            quote(&dest)
+        ));
         return Err(1);
     }
     Ok((sources, dest, into))
@@ -409,7 +514,11 @@ fn locate(
     dest: &str,
     into: bool,
 ) -> Option<(RepoPath, EntryKind, String)> {
-    let target = if into { glob::join(dest, basename_of(src)) } else { dest.to_string() };
+    let target = if into {
+        glob::join(dest, basename_of(src))
+    } else {
+        dest.to_string()
+    };
     let found = ctx.resolve(src).and_then(|p| match ctx.sh.repo.kind(&p) {
         Some(k) => Ok((p, k)),
         None => Err(RepoError::NotFound(src.into())),
@@ -417,7 +526,11 @@ fn locate(
     match found {
         Ok((p, k)) => Some((p, k, target)),
         Err(e) => {
-            ctx.err(format_args!("{cmd}: cannot stat {}: {}", quote(src), errno(&e)));
+            ctx.err(format_args!(
+                "{cmd}: cannot stat {}: {}",
+                quote(src),
+                errno(&e)
+            ));
             None
         }
     }
@@ -425,7 +538,8 @@ fn locate(
 
 /// Checks that `dest`'s folder exists, as writing a new entry there needs.
 fn parent_exists(ctx: &Ctx<'_, '_>, dest: &RepoPath) -> bool {
-    dest.parent().is_some_and(|p| ctx.sh.repo.kind(&p) == Some(EntryKind::Dir))
+    dest.parent()
+        .is_some_and(|p| ctx.sh.repo.kind(&p) == Some(EntryKind::Dir))
 }
 
 pub(super) fn mv(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
@@ -449,30 +563,54 @@ pub(super) fn mv(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         let to = match ctx.resolve(&target_arg) {
             Ok(p) => p,
             Err(e) => {
-                ctx.err(format_args!("mv: cannot move {} to {}: {}", quote(src), quote(&target_arg), errno(&e)));
+                ctx.err(format_args!(
+                    "mv: cannot move {} to {}: {}",
+                    quote(src),
+                    quote(&target_arg),
+                    errno(&e)
+                ));
                 status = 1;
                 continue;
             }
         };
         let msg = if from == to {
-            Some(format!("mv: {} and {} are the same file", quote(src), quote(&target_arg)))
+            Some(format!(
+                "mv: {} and {} are the same file",
+                quote(src),
+                quote(&target_arg)
+            ))
         } else if from.is_root() || to.starts_with(&from) {
-            Some(format!("mv: cannot move {} to a subdirectory of itself, {}", quote(src), quote(&target_arg)))
+            Some(format!(
+                "mv: cannot move {} to a subdirectory of itself, {}",
+                quote(src),
+                quote(&target_arg)
+            ))
         } else if !parent_exists(ctx, &to) {
-            Some(format!("mv: cannot move {} to {}: No such file or directory", quote(src), quote(&target_arg)))
+            Some(format!(
+                "mv: cannot move {} to {}: No such file or directory",
+                quote(src),
+                quote(&target_arg)
+            ))
         } else {
             match (kind, ctx.sh.repo.kind(&to)) {
                 (_, Some(_)) if opts.has("n") => continue,
-                (EntryKind::File, Some(EntryKind::Dir)) => {
-                    Some(format!("mv: cannot overwrite directory {} with non-directory", quote(&target_arg)))
-                }
+                (EntryKind::File, Some(EntryKind::Dir)) => Some(format!(
+                    "mv: cannot overwrite directory {} with non-directory",
+                    quote(&target_arg)
+                )),
                 (EntryKind::Dir, Some(EntryKind::File)) => Some(format!(
                     "mv: cannot overwrite non-directory {} with directory {}",
                     quote(&target_arg),
                     quote(src)
                 )),
-                (EntryKind::Dir, Some(EntryKind::Dir)) if !ctx.sh.repo.list_dir(&to).unwrap_or_default().is_empty() => {
-                    Some(format!("mv: cannot move {} to {}: Directory not empty", quote(src), quote(&target_arg)))
+                (EntryKind::Dir, Some(EntryKind::Dir))
+                    if !ctx.sh.repo.list_dir(&to).unwrap_or_default().is_empty() =>
+                {
+                    Some(format!(
+                        "mv: cannot move {} to {}: Directory not empty",
+                        quote(src),
+                        quote(&target_arg)
+                    ))
                 }
                 (_, existing) => {
                     let r = match existing {
@@ -483,13 +621,20 @@ pub(super) fn mv(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                     match r {
                         Ok(()) => {
                             if opts.has("v") {
-                                ctx.outs(&format!("renamed {} -> {}\n", quote(src), quote(&target_arg)));
+                                ctx.outs(&format!(
+                                    "renamed {} -> {}\n",
+                                    quote(src),
+                                    quote(&target_arg)
+                                ));
                             }
                             None
                         }
-                        Err(e) => {
-                            Some(format!("mv: cannot move {} to {}: {}", quote(src), quote(&target_arg), errno(&e)))
-                        }
+                        Err(e) => Some(format!(
+                            "mv: cannot move {} to {}: {}",
+                            quote(src),
+                            quote(&target_arg),
+                            errno(&e)
+                        )),
                     }
                 }
             }
@@ -525,29 +670,51 @@ pub(super) fn cp(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         let to = match ctx.resolve(&target_arg) {
             Ok(p) => p,
             Err(e) => {
-                ctx.err(format_args!("cp: cannot create regular file {}: {}", quote(&target_arg), errno(&e)));
+                ctx.err(format_args!(
+                    "cp: cannot create regular file {}: {}",
+                    quote(&target_arg),
+                    errno(&e)
+                ));
                 status = 1;
                 continue;
             }
         };
         if kind == EntryKind::Dir && !recursive {
-            ctx.err(format_args!("cp: -r not specified; omitting directory {}", quote(src)));
+            ctx.err(format_args!(
+                "cp: -r not specified; omitting directory {}",
+                quote(src)
+            ));
             status = 1;
             continue;
         }
         if from == to {
-            ctx.err(format_args!("cp: {} and {} are the same file", quote(src), quote(&target_arg)));
+            ctx.err(format_args!(
+                "cp: {} and {} are the same file",
+                quote(src),
+                quote(&target_arg)
+            ));
             status = 1;
             continue;
         }
         if kind == EntryKind::Dir && to.starts_with(&from) {
-            ctx.err(format_args!("cp: cannot copy a directory, {}, into itself, {}", quote(src), quote(&target_arg)));
+            ctx.err(format_args!(
+                "cp: cannot copy a directory, {}, into itself, {}",
+                quote(src),
+                quote(&target_arg)
+            ));
             status = 1;
             continue;
         }
         if !parent_exists(ctx, &to) {
-            let what = if kind == EntryKind::Dir { "cannot create directory" } else { "cannot create regular file" };
-            ctx.err(format_args!("cp: {what} {}: No such file or directory", quote(&target_arg)));
+            let what = if kind == EntryKind::Dir {
+                "cannot create directory"
+            } else {
+                "cannot create regular file"
+            };
+            ctx.err(format_args!(
+                "cp: {what} {}: No such file or directory",
+                quote(&target_arg)
+            ));
             status = 1;
             continue;
         }
@@ -556,22 +723,30 @@ pub(super) fn cp(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         }
         let r = match kind {
             EntryKind::File => match ctx.sh.repo.kind(&to) {
-                Some(EntryKind::Dir) => {
-                    Err(format!("cp: cannot overwrite directory {} with non-directory", quote(&target_arg)))
-                }
+                Some(EntryKind::Dir) => Err(format!(
+                    "cp: cannot overwrite directory {} with non-directory",
+                    quote(&target_arg)
+                )),
                 _ => ctx
                     .sh
                     .repo
                     .read(&from)
                     .and_then(|d| ctx.sh.repo.write(&to, &d))
-                    .map_err(|e| format!("cp: cannot create regular file {}: {}", quote(&target_arg), errno(&e))),
+                    .map_err(|e| {
+                        format!(
+                            "cp: cannot create regular file {}: {}",
+                            quote(&target_arg),
+                            errno(&e)
+                        )
+                    }),
             },
-            EntryKind::Dir => {
-                copy_tree(ctx, &from, &to)?.map_err(|e| format!("cp: cannot copy {}: {}", quote(src), errno(&e)))
-            }
+            EntryKind::Dir => copy_tree(ctx, &from, &to)?
+                .map_err(|e| format!("cp: cannot copy {}: {}", quote(src), errno(&e))),
         };
         match r {
-            Ok(()) if opts.has("v") => ctx.outs(&format!("{} -> {}\n", quote(src), quote(&target_arg))),
+            Ok(()) if opts.has("v") => {
+                ctx.outs(&format!("{} -> {}\n", quote(src), quote(&target_arg)))
+            }
             Ok(()) => {}
             Err(m) => {
                 ctx.err(m);
@@ -590,10 +765,18 @@ fn copy_tree(
     let entries = ctx.walk(from)?;
     for (path, kind) in entries {
         let rest = path.as_str()[from.as_str().len()..].trim_start_matches('/');
-        let dest = if rest.is_empty() { Ok(to.clone()) } else { to.join(rest) };
+        let dest = if rest.is_empty() {
+            Ok(to.clone())
+        } else {
+            to.join(rest)
+        };
         let r = dest.and_then(|d| match kind {
             EntryKind::Dir => ctx.sh.repo.create_dir_all(&d),
-            EntryKind::File => ctx.sh.repo.read(&path).and_then(|data| ctx.sh.repo.write(&d, &data)),
+            EntryKind::File => ctx
+                .sh
+                .repo
+                .read(&path)
+                .and_then(|data| ctx.sh.repo.write(&d, &data)),
         });
         if let Err(e) = r {
             return Ok(Err(e));
@@ -603,7 +786,13 @@ fn copy_tree(
 }
 
 pub(super) fn touch(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
-    let opts = opts!(ctx, "touch", args, "c|no-create a m d|date= t= r|reference= h|no-dereference", 1);
+    let opts = opts!(
+        ctx,
+        "touch",
+        args,
+        "c|no-create a m d|date= t= r|reference= h|no-dereference",
+        1
+    );
     if opts.operands.is_empty() {
         return Ok(ctx.usage("touch", "missing file operand", 1));
     }
@@ -620,7 +809,11 @@ pub(super) fn touch(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             }
         });
         if let Err(e) = r {
-            ctx.err(format_args!("touch: cannot touch {}: {}", quote(arg), errno(&e)));
+            ctx.err(format_args!(
+                "touch: cannot touch {}: {}",
+                quote(arg),
+                errno(&e)
+            ));
             status = 1;
         }
     }
@@ -658,7 +851,10 @@ pub(super) fn basename(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     } else {
         return Ok(ctx.usage("basename", &format!("extra operand {}", quote(&ops[2])), 1));
     };
-    let text: String = names.iter().map(|n| format!("{}\n", base_name(n, suffix))).collect();
+    let text: String = names
+        .iter()
+        .map(|n| format!("{}\n", base_name(n, suffix)))
+        .collect();
     ctx.outs(&text);
     Ok(0)
 }
@@ -678,7 +874,11 @@ pub(super) fn dirname(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 None => ".".into(),
                 Some(i) => {
                     let d = t[..i].trim_end_matches('/');
-                    if d.is_empty() { "/".into() } else { d.to_string() }
+                    if d.is_empty() {
+                        "/".into()
+                    } else {
+                        d.to_string()
+                    }
                 }
             }
         };
@@ -704,7 +904,9 @@ pub(super) fn realpath(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let root = ctx.root();
     for arg in &opts.operands {
         let r = ctx.resolve(arg).and_then(|p| {
-            let parent_ok = p.parent().is_none_or(|parent| ctx.sh.repo.kind(&parent) == Some(EntryKind::Dir));
+            let parent_ok = p
+                .parent()
+                .is_none_or(|parent| ctx.sh.repo.kind(&parent) == Some(EntryKind::Dir));
             let exists = ctx.sh.repo.kind(&p).is_some();
             if opts.has("m") || exists || (!opts.has("e") && parent_ok) {
                 Ok(p)

@@ -130,7 +130,11 @@ impl ExprParser<'_> {
     }
 
     fn value(&mut self, name: &str) -> Result<String, String> {
-        let v = self.args.get(self.pos).cloned().ok_or_else(|| format!("missing argument to `{name}'"))?;
+        let v = self
+            .args
+            .get(self.pos)
+            .cloned()
+            .ok_or_else(|| format!("missing argument to `{name}'"))?;
         self.pos += 1;
         Ok(v)
     }
@@ -139,10 +143,14 @@ impl ExprParser<'_> {
         let name = self.args[self.pos].clone();
         self.pos += 1;
         Ok(match name.as_str() {
-            "-name" | "-iname" => Node::Name { pattern: self.value(&name)?, nocase: name == "-iname" },
-            "-path" | "-wholename" | "-ipath" | "-iwholename" => {
-                Node::Path { pattern: self.value(&name)?, nocase: name.starts_with("-i") }
-            }
+            "-name" | "-iname" => Node::Name {
+                pattern: self.value(&name)?,
+                nocase: name == "-iname",
+            },
+            "-path" | "-wholename" | "-ipath" | "-iwholename" => Node::Path {
+                pattern: self.value(&name)?,
+                nocase: name.starts_with("-i"),
+            },
             "-regex" | "-iregex" => {
                 let v = self.value(&name)?;
                 let re = regex::RegexBuilder::new(&format!("^(?:{v})$"))
@@ -162,9 +170,9 @@ impl ExprParser<'_> {
             }
             "-maxdepth" | "-mindepth" => {
                 let v = self.value(&name)?;
-                let n: usize = v
-                    .parse()
-                    .map_err(|_| format!("Expected a positive decimal integer argument to {name}, but got `{v}'"))?;
+                let n: usize = v.parse().map_err(|_| {
+                    format!("Expected a positive decimal integer argument to {name}, but got `{v}'")
+                })?;
                 if name == "-maxdepth" {
                     self.max_depth = Some(n);
                 } else {
@@ -216,7 +224,10 @@ impl ExprParser<'_> {
                     if a == "+" && argv.last().is_some_and(|l: &String| l == "{}") {
                         argv.pop();
                         self.batches += 1;
-                        break Node::Exec { argv, batch: self.batches };
+                        break Node::Exec {
+                            argv,
+                            batch: self.batches,
+                        };
                     }
                     argv.push(a);
                 }
@@ -260,7 +271,9 @@ fn parse_size(v: &str) -> Option<Node> {
         b'-' => (-1, &v[1..]),
         _ => (0, v),
     };
-    let split = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+    let split = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
     let amount = rest[..split].parse().ok()?;
     let unit = match &rest[split..] {
         "" | "b" => 512,
@@ -286,7 +299,11 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
         depth: 0,
         references: Vec::new(),
     };
-    let expr = if args.is_empty() { Node::Const(true) } else { p.or()? };
+    let expr = if args.is_empty() {
+        Node::Const(true)
+    } else {
+        p.or()?
+    };
     if let Some(extra) = p.peek() {
         return Err(if extra == ")" {
             "invalid expression; you have too many ')'".into()
@@ -294,7 +311,11 @@ fn parse(args: &[String]) -> Result<Parsed, String> {
             format!("paths must precede expression: `{extra}'")
         });
     }
-    let expr = if p.has_action { expr } else { Node::And(Box::new(expr), Box::new(Node::Print { terminator: b'\n' })) };
+    let expr = if p.has_action {
+        expr
+    } else {
+        Node::And(Box::new(expr), Box::new(Node::Print { terminator: b'\n' }))
+    };
     Ok(Parsed {
         expr,
         max_depth: p.max_depth,
@@ -326,8 +347,12 @@ struct Run {
 impl Ctx<'_, '_> {
     fn find_eval(&mut self, node: &Node, v: &Visit<'_>, run: &mut Run) -> Result<bool, Flow> {
         Ok(match node {
-            Node::And(a, b) => self.find_eval(a, v, run)? && !run.quit && self.find_eval(b, v, run)?,
-            Node::Or(a, b) => self.find_eval(a, v, run)? || (!run.quit && self.find_eval(b, v, run)?),
+            Node::And(a, b) => {
+                self.find_eval(a, v, run)? && !run.quit && self.find_eval(b, v, run)?
+            }
+            Node::Or(a, b) => {
+                self.find_eval(a, v, run)? || (!run.quit && self.find_eval(b, v, run)?)
+            }
             Node::Not(a) => !self.find_eval(a, v, run)?,
             Node::Name { pattern, nocase } => {
                 if *nocase {
@@ -351,7 +376,12 @@ impl Ctx<'_, '_> {
             },
             Node::Size { cmp, amount, unit } => {
                 let len = match v.kind {
-                    EntryKind::File => self.sh.repo.read(v.path).map(|d| d.len() as u64).unwrap_or(0),
+                    EntryKind::File => self
+                        .sh
+                        .repo
+                        .read(v.path)
+                        .map(|d| d.len() as u64)
+                        .unwrap_or(0),
                     EntryKind::Dir => 4096,
                 };
                 let units = len.div_ceil(*unit);
@@ -376,7 +406,8 @@ impl Ctx<'_, '_> {
                 if v.path.is_root() || v.shown == "." {
                     return Ok(true);
                 }
-                let nonempty = v.kind == EntryKind::Dir && self.sh.repo.list_dir(v.path).is_ok_and(|e| !e.is_empty());
+                let nonempty = v.kind == EntryKind::Dir
+                    && self.sh.repo.list_dir(v.path).is_ok_and(|e| !e.is_empty());
                 let r = if nonempty {
                     Err("Directory not empty".to_string())
                 } else {
@@ -441,7 +472,9 @@ impl Ctx<'_, '_> {
                     Some('d') => out.push_str(&v.depth.to_string()),
                     Some('s') => {
                         let len = match v.kind {
-                            EntryKind::File => self.sh.repo.read(v.path).map(|d| d.len()).unwrap_or(0),
+                            EntryKind::File => {
+                                self.sh.repo.read(v.path).map(|d| d.len()).unwrap_or(0)
+                            }
                             EntryKind::Dir => 4096,
                         };
                         out.push_str(&len.to_string());
@@ -478,21 +511,34 @@ impl Ctx<'_, '_> {
         let shown = spelled_under(start, start_path, path);
         let name = if depth == 0 {
             let t = start.trim_end_matches('/');
-            if t.is_empty() { "/".to_string() } else { t.rsplit('/').next().unwrap_or(t).to_string() }
+            if t.is_empty() {
+                "/".to_string()
+            } else {
+                t.rsplit('/').next().unwrap_or(t).to_string()
+            }
         } else {
             path.file_name().to_string()
         };
-        let visit = Visit { shown: &shown, name: &name, path, kind, depth, start };
+        let visit = Visit {
+            shown: &shown,
+            name: &name,
+            path,
+            kind,
+            depth,
+            start,
+        };
         run.pruned = false;
         let evaluate = depth >= parsed.min_depth;
         if evaluate && !parsed.depth_first {
             self.find_eval(&parsed.expr, &visit, run)?;
         }
-        let descend = kind == EntryKind::Dir && !run.pruned && parsed.max_depth.is_none_or(|m| depth < m);
+        let descend =
+            kind == EntryKind::Dir && !run.pruned && parsed.max_depth.is_none_or(|m| depth < m);
         if descend {
             let entries = self.sh.repo.list_dir(path).unwrap_or_default();
             for e in entries {
-                if e.kind == EntryKind::Dir && crate::repo::SKIPPED_DIRS.contains(&e.name.as_str()) {
+                if e.kind == EntryKind::Dir && crate::repo::SKIPPED_DIRS.contains(&e.name.as_str())
+                {
                     continue;
                 }
                 if let Ok(child) = path.join(&e.name) {
@@ -518,7 +564,11 @@ pub(super) fn find(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         .iter()
         .position(|a| (a.starts_with('-') && a.len() > 1) || a == "(" || a == "!" || a == ")")
         .unwrap_or(args.len());
-    let starts: Vec<String> = if split == 0 { vec![".".into()] } else { args[..split].to_vec() };
+    let starts: Vec<String> = if split == 0 {
+        vec![".".into()]
+    } else {
+        args[..split].to_vec()
+    };
     let parsed = match parse(&args[split..]) {
         Ok(p) => p,
         Err(e) => {
@@ -532,12 +582,20 @@ pub(super) fn find(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             return Ok(1);
         }
     }
-    let mut run = Run { pruned: false, quit: false, status: 0, batches: vec![Vec::new(); parsed.batches] };
+    let mut run = Run {
+        pruned: false,
+        quit: false,
+        status: 0,
+        batches: vec![Vec::new(); parsed.batches],
+    };
     for start in &starts {
-        let found = ctx.resolve(start).map_err(|e| errno(&e)).and_then(|p| match ctx.sh.repo.kind(&p) {
-            Some(k) => Ok((p, k)),
-            None => Err("No such file or directory".to_string()),
-        });
+        let found =
+            ctx.resolve(start)
+                .map_err(|e| errno(&e))
+                .and_then(|p| match ctx.sh.repo.kind(&p) {
+                    Some(k) => Ok((p, k)),
+                    None => Err("No such file or directory".to_string()),
+                });
         match found {
             Ok((p, k)) => ctx.find_visit(&parsed, start, &p, &p, k, 0, &mut run)?,
             Err(m) => {

@@ -43,7 +43,9 @@ fn find_matches(s: &Settings, line: &[u8], all: bool) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut pos = 0;
     while pos <= line.len() {
-        let Some(m) = s.re.find_at(line, pos) else { break };
+        let Some(m) = s.re.find_at(line, pos) else {
+            break;
+        };
         let ok = !s.word
             || ((m.start() == 0 || !is_word_byte(line[m.start() - 1]))
                 && (m.end() == line.len() || !is_word_byte(line[m.end()]))
@@ -54,18 +56,31 @@ fn find_matches(s: &Settings, line: &[u8], all: bool) -> Vec<(usize, usize)> {
                 break;
             }
         }
-        pos = if m.end() > m.start() && ok { m.end() } else { m.start() + 1 };
+        pos = if m.end() > m.start() && ok {
+            m.end()
+        } else {
+            m.start() + 1
+        };
     }
     out
 }
 
 impl Ctx<'_, '_> {
     /// Searches one file's bytes; returns whether a line was selected.
-    fn grep_data(&mut self, s: &Settings, name: &str, data: &[u8], out: &mut Out) -> Result<bool, Flow> {
+    fn grep_data(
+        &mut self,
+        s: &Settings,
+        name: &str,
+        data: &[u8],
+        out: &mut Out,
+    ) -> Result<bool, Flow> {
         let (lines, _) = split_lines(data);
         self.tick(lines.len() as u64)?;
         let binary = !s.text && data.contains(&0);
-        let selected: Vec<bool> = lines.iter().map(|l| find_matches(s, l, false).is_empty() == s.invert).collect();
+        let selected: Vec<bool> = lines
+            .iter()
+            .map(|l| find_matches(s, l, false).is_empty() == s.invert)
+            .collect();
         let mut total = selected.iter().filter(|&&x| x).count() as u64;
         if let Some(m) = s.max_count {
             total = total.min(m);
@@ -76,7 +91,11 @@ impl Ctx<'_, '_> {
             return Ok(found);
         }
         if s.count {
-            let text = if s.with_name { format!("{name}{sep_name}{total}\n") } else { format!("{total}\n") };
+            let text = if s.with_name {
+                format!("{name}{sep_name}{total}\n")
+            } else {
+                format!("{total}\n")
+            };
             self.outs(&text);
             return Ok(found);
         }
@@ -131,7 +150,9 @@ impl Ctx<'_, '_> {
                 break;
             }
             if selected[i] {
-                let from = i.saturating_sub(s.before).max(last_printed.map_or(0, |l| l + 1));
+                let from = i
+                    .saturating_sub(s.before)
+                    .max(last_printed.map_or(0, |l| l + 1));
                 let gap = last_printed.map_or(out.printed_any, |l| from > l + 1);
                 if (s.before > 0 || s.after > 0) && gap && out.printed_any {
                     buf.extend_from_slice(b"--\n");
@@ -180,7 +201,11 @@ fn normalize_context(args: &[String]) -> Vec<String> {
     let mut options_done = false;
     for a in args {
         options_done |= a == "--";
-        if !options_done && a.len() > 1 && a.starts_with('-') && a[1..].chars().all(|c| c.is_ascii_digit()) {
+        if !options_done
+            && a.len() > 1
+            && a.starts_with('-')
+            && a[1..].chars().all(|c| c.is_ascii_digit())
+        {
             out.push("-C".into());
             out.push(a[1..].to_string());
         } else {
@@ -228,8 +253,10 @@ pub(super) fn grep(ctx: &mut Ctx<'_, '_>, args: &[String], mode: Option<char>) -
         }
         patterns.push(operands.remove(0));
     }
-    let patterns: Vec<String> =
-        patterns.iter().flat_map(|p| p.split('\n').map(str::to_string).collect::<Vec<_>>()).collect();
+    let patterns: Vec<String> = patterns
+        .iter()
+        .flat_map(|p| p.split('\n').map(str::to_string).collect::<Vec<_>>())
+        .collect();
     // The last of -E/-F/-G/-P wins; egrep/fgrep start from their mode.
     let syntax = opts
         .list
@@ -243,7 +270,14 @@ pub(super) fn grep(ctx: &mut Ctx<'_, '_>, args: &[String], mode: Option<char>) -
         .rev()
         .find(|(k, _)| *k == "i" || *k == "y" || *k == "no-ignore-case")
         .is_some_and(|(k, _)| *k != "no-ignore-case");
-    let re = match compile(&patterns, syntax == 'E', syntax == 'F', syntax == 'P', nocase, opts.has("x")) {
+    let re = match compile(
+        &patterns,
+        syntax == 'E',
+        syntax == 'F',
+        syntax == 'P',
+        nocase,
+        opts.has("x"),
+    ) {
         Ok(r) => r,
         Err(e) => {
             ctx.err(format_args!("grep: {e}"));
@@ -275,7 +309,11 @@ pub(super) fn grep(ctx: &mut Ctx<'_, '_>, args: &[String], mode: Option<char>) -
     }
     let any_dir = recursive && operands.iter().any(|o| ctx.kind(o) == Some(EntryKind::Dir));
     let with_name = if opts.has("H") || opts.has("h") {
-        opts.list.iter().rev().find(|(k, _)| *k == "H" || *k == "h").is_some_and(|(k, _)| *k == "H")
+        opts.list
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == "H" || *k == "h")
+            .is_some_and(|(k, _)| *k == "H")
     } else {
         operands.len() > 1 || any_dir
     };
@@ -306,19 +344,31 @@ pub(super) fn grep(ctx: &mut Ctx<'_, '_>, args: &[String], mode: Option<char>) -
             && !excludes.iter().any(|g| glob::matches(g, base))
     };
     let quiet_errors = opts.has("s");
-    let mut out = Out { printed_any: false, selected_any: false };
+    let mut out = Out {
+        printed_any: false,
+        selected_any: false,
+    };
     let mut error = false;
     for operand in &operands {
         if operand == "-" {
             let data = ctx.stdin();
-            let label = opts.value("label").unwrap_or("(standard input)").to_string();
+            let label = opts
+                .value("label")
+                .unwrap_or("(standard input)")
+                .to_string();
             out.selected_any |= ctx.grep_data(&s, &label, &data, &mut out)?;
             continue;
         }
-        let found = ctx.resolve(operand).ok().and_then(|p| ctx.sh.repo.kind(&p).map(|k| (p, k)));
+        let found = ctx
+            .resolve(operand)
+            .ok()
+            .and_then(|p| ctx.sh.repo.kind(&p).map(|k| (p, k)));
         let Some((path, kind)) = found else {
             if !quiet_errors {
-                let why = ctx.resolve(operand).err().map_or("No such file or directory".to_string(), |e| errno(&e));
+                let why = ctx
+                    .resolve(operand)
+                    .err()
+                    .map_or("No such file or directory".to_string(), |e| errno(&e));
                 ctx.err(format_args!("grep: {operand}: {why}"));
             }
             error = true;
@@ -341,7 +391,9 @@ pub(super) fn grep(ctx: &mut Ctx<'_, '_>, args: &[String], mode: Option<char>) -
                 if !wanted_file(&shown) {
                     continue;
                 }
-                let Ok(data) = ctx.sh.repo.read(&file) else { continue };
+                let Ok(data) = ctx.sh.repo.read(&file) else {
+                    continue;
+                };
                 out.selected_any |= ctx.grep_data(&s, &shown, &data, &mut out)?;
                 if s.quiet && out.selected_any {
                     return Ok(0);
@@ -377,7 +429,11 @@ pub(super) fn grep(ctx: &mut Ctx<'_, '_>, args: &[String], mode: Option<char>) -
 }
 
 /// Files below `dir` in name order, leaving out folders that `--exclude-dir` names.
-fn grep_walk(ctx: &mut Ctx<'_, '_>, dir: &RepoPath, exclude_dirs: &[&str]) -> Result<Vec<RepoPath>, Flow> {
+fn grep_walk(
+    ctx: &mut Ctx<'_, '_>,
+    dir: &RepoPath,
+    exclude_dirs: &[&str],
+) -> Result<Vec<RepoPath>, Flow> {
     let entries = ctx.walk(dir)?;
     let mut skipped: Vec<RepoPath> = Vec::new();
     let mut files = Vec::new();
@@ -386,7 +442,9 @@ fn grep_walk(ctx: &mut Ctx<'_, '_>, dir: &RepoPath, exclude_dirs: &[&str]) -> Re
             continue;
         }
         match kind {
-            EntryKind::Dir if p != *dir && exclude_dirs.iter().any(|g| glob::matches(g, p.file_name())) => {
+            EntryKind::Dir
+                if p != *dir && exclude_dirs.iter().any(|g| glob::matches(g, p.file_name())) =>
+            {
                 skipped.push(p)
             }
             EntryKind::Dir => {}

@@ -138,10 +138,14 @@ pub(super) fn is_shell_builtin(name: &str) -> bool {
 /// The error text a C library would print for a repository error.
 pub(super) fn errno(e: &RepoError) -> String {
     match e {
-        RepoError::NotFound(_) | RepoError::InvalidPath { .. } => "No such file or directory".into(),
+        RepoError::NotFound(_) | RepoError::InvalidPath { .. } => {
+            "No such file or directory".into()
+        }
         RepoError::IsADirectory(_) => "Is a directory".into(),
         RepoError::NotADirectory(_) => "Not a directory".into(),
-        RepoError::OutsideRoot { .. } | RepoError::SymlinkEscape { .. } => "Permission denied".into(),
+        RepoError::OutsideRoot { .. } | RepoError::SymlinkEscape { .. } => {
+            "Permission denied".into()
+        }
         RepoError::AlreadyExists(_) => "File exists".into(),
         RepoError::Io { source, .. } => match source.kind() {
             std::io::ErrorKind::NotFound => "No such file or directory".into(),
@@ -160,13 +164,19 @@ pub(super) fn errno(e: &RepoError) -> String {
 
 /// GNU's `quote`: always single-quoted (`cannot access 'x'`).
 pub(super) fn quote(name: &str) -> String {
-    if name.contains('\'') { format!("\"{name}\"") } else { format!("'{name}'") }
+    if name.contains('\'') {
+        format!("\"{name}\"")
+    } else {
+        format!("'{name}'")
+    }
 }
 
 /// GNU's `quotef`: quoted only when the name has characters a shell would treat specially.
 pub(super) fn quotef(name: &str) -> String {
     let plain = !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-/+,:@%^=~".contains(c) || !c.is_ascii());
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-/+,:@%^=~".contains(c) || !c.is_ascii());
     if plain { name.to_string() } else { quote(name) }
 }
 
@@ -233,7 +243,9 @@ impl Ctx<'_, '_> {
     /// folders below the start are not entered.
     pub fn walk(&mut self, start: &RepoPath) -> Result<Vec<(RepoPath, EntryKind)>, Flow> {
         let mut out = Vec::new();
-        let Some(kind) = self.sh.repo.kind(start) else { return Ok(out) };
+        let Some(kind) = self.sh.repo.kind(start) else {
+            return Ok(out);
+        };
         let mut stack = vec![(start.clone(), kind)];
         while let Some((path, kind)) = stack.pop() {
             self.tick(1)?;
@@ -258,7 +270,11 @@ impl Ctx<'_, '_> {
 /// `src/a.py`, `find .` prints `./a.py`, `find src/` prints `src/a.py`.
 pub(super) fn spelled_under(start_arg: &str, start: &RepoPath, path: &RepoPath) -> String {
     let rest = path.as_str()[start.as_str().len()..].trim_start_matches('/');
-    if rest.is_empty() { start_arg.to_string() } else { super::glob::join(start_arg, rest) }
+    if rest.is_empty() {
+        start_arg.to_string()
+    } else {
+        super::glob::join(start_arg, rest)
+    }
 }
 
 /// Parsed command-line options (GNU getopt rules: bundled short options, `--long[=value]`,
@@ -275,11 +291,18 @@ impl Opts {
     }
 
     pub fn value(&self, key: &str) -> Option<&str> {
-        self.list.iter().rev().find(|(k, _)| *k == key).and_then(|(_, v)| v.as_deref())
+        self.list
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == key)
+            .and_then(|(_, v)| v.as_deref())
     }
 
     pub fn values<'s>(&'s self, key: &'s str) -> impl Iterator<Item = &'s str> + 's {
-        self.list.iter().filter(move |(k, _)| *k == key).filter_map(|(_, v)| v.as_deref())
+        self.list
+            .iter()
+            .filter(move |(k, _)| *k == key)
+            .filter_map(|(_, v)| v.as_deref())
     }
 }
 
@@ -301,7 +324,11 @@ fn specs(spec: &'static str) -> Vec<OptSpec> {
                 },
             };
             let aliases: Vec<&'static str> = body.split('|').collect();
-            OptSpec { key: aliases[0], aliases, arg }
+            OptSpec {
+                key: aliases[0],
+                aliases,
+                arg,
+            }
         })
         .collect()
 }
@@ -311,7 +338,10 @@ fn specs(spec: &'static str) -> Vec<OptSpec> {
 /// optional attached one; the first name is the key. Errors are GNU's messages.
 pub(super) fn parse_opts(args: &[String], spec: &'static str) -> Result<Opts, String> {
     let specs = specs(spec);
-    let mut opts = Opts { list: Vec::new(), operands: Vec::new() };
+    let mut opts = Opts {
+        list: Vec::new(),
+        operands: Vec::new(),
+    };
     let mut i = 0;
     while i < args.len() {
         let a = &args[i];
@@ -325,17 +355,34 @@ pub(super) fn parse_opts(args: &[String], spec: &'static str) -> Result<Opts, St
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (long, None),
             };
-            let exact = specs.iter().find(|s| s.aliases.iter().any(|al| al.len() > 1 && *al == name));
+            let exact = specs
+                .iter()
+                .find(|s| s.aliases.iter().any(|al| al.len() > 1 && *al == name));
             let found = exact.or_else(|| {
-                let cands: Vec<&OptSpec> =
-                    specs.iter().filter(|s| s.aliases.iter().any(|al| al.len() > 1 && al.starts_with(name))).collect();
-                if cands.len() == 1 { Some(cands[0]) } else { None }
+                let cands: Vec<&OptSpec> = specs
+                    .iter()
+                    .filter(|s| {
+                        s.aliases
+                            .iter()
+                            .any(|al| al.len() > 1 && al.starts_with(name))
+                    })
+                    .collect();
+                if cands.len() == 1 {
+                    Some(cands[0])
+                } else {
+                    None
+                }
             });
-            let Some(s) = found else { return Err(format!("unrecognized option '{a}'")) };
+            let Some(s) = found else {
+                return Err(format!("unrecognized option '{a}'"));
+            };
             let value = match (s.arg, attached) {
                 (0, Some(_)) => return Err(format!("option '--{name}' doesn't allow an argument")),
                 (1, None) => {
-                    let v = args.get(i).cloned().ok_or_else(|| format!("option '--{name}' requires an argument"))?;
+                    let v = args
+                        .get(i)
+                        .cloned()
+                        .ok_or_else(|| format!("option '--{name}' requires an argument"))?;
                     i += 1;
                     Some(v)
                 }
@@ -366,7 +413,10 @@ pub(super) fn parse_opts(args: &[String], spec: &'static str) -> Result<Opts, St
             let value = if !rest.is_empty() {
                 Some(rest)
             } else if s.arg == 1 {
-                let v = args.get(i).cloned().ok_or_else(|| format!("option requires an argument -- '{c}'"))?;
+                let v = args
+                    .get(i)
+                    .cloned()
+                    .ok_or_else(|| format!("option requires an argument -- '{c}'"))?;
                 i += 1;
                 Some(v)
             } else {
@@ -400,15 +450,29 @@ mod tests {
 
     #[test]
     fn getopt_rules() {
-        let o = parse_opts(&args(&["-rn", "x", "--include=*.py", "-e", "p", "dir", "--", "-v"]), "r n e= include= v")
-            .unwrap();
+        let o = parse_opts(
+            &args(&["-rn", "x", "--include=*.py", "-e", "p", "dir", "--", "-v"]),
+            "r n e= include= v",
+        )
+        .unwrap();
         assert!(o.has("r") && o.has("n") && !o.has("v"));
         assert_eq!(o.value("include"), Some("*.py"));
         assert_eq!(o.value("e"), Some("p"));
         assert_eq!(o.operands, ["x", "dir", "-v"]);
-        assert_eq!(parse_opts(&args(&["-z"]), "r").unwrap_err(), "invalid option -- 'z'");
-        assert_eq!(parse_opts(&args(&["-n5"]), "n|lines=").unwrap().value("n"), Some("5"));
-        assert_eq!(parse_opts(&args(&["--lin", "7"]), "n|lines=").unwrap().value("n"), Some("7"));
+        assert_eq!(
+            parse_opts(&args(&["-z"]), "r").unwrap_err(),
+            "invalid option -- 'z'"
+        );
+        assert_eq!(
+            parse_opts(&args(&["-n5"]), "n|lines=").unwrap().value("n"),
+            Some("5")
+        );
+        assert_eq!(
+            parse_opts(&args(&["--lin", "7"]), "n|lines=")
+                .unwrap()
+                .value("n"),
+            Some("7")
+        );
         assert!(parse_opts(&args(&["-n"]), "n=").is_err());
     }
 }

@@ -19,7 +19,9 @@ pub(super) fn translate(pattern: &str, extended: bool) -> Result<String, String>
         at_start = false;
         match c {
             '\\' => {
-                let Some(&e) = p.get(i) else { return Err("Trailing backslash".into()) };
+                let Some(&e) = p.get(i) else {
+                    return Err("Trailing backslash".into());
+                };
                 i += 1;
                 match e {
                     '(' if !extended => {
@@ -78,7 +80,8 @@ pub(super) fn translate(pattern: &str, extended: bool) -> Result<String, String>
             '^' => out.push_str(r"\^"),
             '$' => {
                 let end = i == p.len()
-                    || (!extended && (p[i..].starts_with(&['\\', ')']) || p[i..].starts_with(&['\\', '|'])))
+                    || (!extended
+                        && (p[i..].starts_with(&['\\', ')']) || p[i..].starts_with(&['\\', '|'])))
                     || (extended && matches!(p.get(i), Some(')' | '|')));
                 out.push_str(if end || extended { "$" } else { r"\$" });
             }
@@ -173,8 +176,8 @@ fn bracket(p: &[char], mut i: usize, out: &mut String) -> Result<usize, String> 
             let name: String = p[i + 2..close].iter().collect();
             if kind == ':' {
                 const CLASSES: &[&str] = &[
-                    "alpha", "digit", "alnum", "upper", "lower", "space", "blank", "punct", "xdigit", "cntrl", "print",
-                    "graph",
+                    "alpha", "digit", "alnum", "upper", "lower", "space", "blank", "punct",
+                    "xdigit", "cntrl", "print", "graph",
                 ];
                 if !CLASSES.contains(&name.as_str()) {
                     return Err("Invalid character class name".into());
@@ -188,7 +191,12 @@ fn bracket(p: &[char], mut i: usize, out: &mut String) -> Result<usize, String> 
             i = close + 2;
             continue;
         }
-        if c == '-' && i > 0 && p.get(i + 1) != Some(&']') && !out.ends_with('[') && !out.ends_with('^') {
+        if c == '-'
+            && i > 0
+            && p.get(i + 1) != Some(&']')
+            && !out.ends_with('[')
+            && !out.ends_with('^')
+        {
             out.push('-');
         } else {
             push_class_char(out, c);
@@ -222,13 +230,21 @@ pub(super) fn compile(
         } else {
             translate(p, extended)?
         };
-        alts.push(if whole_line { format!("^(?:{t})$") } else { format!("(?:{t})") });
+        alts.push(if whole_line {
+            format!("^(?:{t})$")
+        } else {
+            format!("(?:{t})")
+        });
     }
     let joined = alts.join("|");
-    RegexBuilder::new(&joined).case_insensitive(nocase).size_limit(1 << 24).build().map_err(|e| match e {
-        regex::Error::CompiledTooBig(_) => "regular expression too big".into(),
-        _ => "Invalid regular expression".into(),
-    })
+    RegexBuilder::new(&joined)
+        .case_insensitive(nocase)
+        .size_limit(1 << 24)
+        .build()
+        .map_err(|e| match e {
+            regex::Error::CompiledTooBig(_) => "regular expression too big".into(),
+            _ => "Invalid regular expression".into(),
+        })
 }
 
 #[cfg(test)]
@@ -236,7 +252,9 @@ mod tests {
     use super::*;
 
     fn m(p: &str, ext: bool, text: &str) -> bool {
-        compile(&[p.to_string()], ext, false, false, false, false).unwrap().is_match(text.as_bytes())
+        compile(&[p.to_string()], ext, false, false, false, false)
+            .unwrap()
+            .is_match(text.as_bytes())
     }
 
     #[test]

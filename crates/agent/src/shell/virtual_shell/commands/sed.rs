@@ -51,7 +51,13 @@ enum Kind {
     DeleteFirst,
     Quit(i32),
     QuitSilent(i32),
-    Subst { re: Option<Regex>, repl: Vec<Repl>, global: bool, nth: usize, print: bool },
+    Subst {
+        re: Option<Regex>,
+        repl: Vec<Repl>,
+        global: bool,
+        nth: usize,
+        print: bool,
+    },
     Translit(Vec<(char, char)>),
     LineNo,
     Append(String),
@@ -102,7 +108,10 @@ impl ScriptParser {
     }
 
     fn err<T>(&self, msg: &str) -> PResult<T> {
-        Err(format!("-e expression #1, char {}: {msg}", self.pos.min(self.s.len())))
+        Err(format!(
+            "-e expression #1, char {}: {msg}",
+            self.pos.min(self.s.len())
+        ))
     }
 
     fn number(&mut self) -> Option<usize> {
@@ -113,7 +122,11 @@ impl ScriptParser {
         if start == self.pos {
             return None;
         }
-        self.s[start..self.pos].iter().collect::<String>().parse().ok()
+        self.s[start..self.pos]
+            .iter()
+            .collect::<String>()
+            .parse()
+            .ok()
     }
 
     /// Text up to an unescaped `delim`; `\delim` stands for the delimiter, `\n` for newline.
@@ -151,7 +164,16 @@ impl ScriptParser {
         if text.is_empty() {
             return Ok(None);
         }
-        compile(&[text.to_string()], self.extended, false, false, nocase, false).map(Some).or_else(|e| self.err(&e))
+        compile(
+            &[text.to_string()],
+            self.extended,
+            false,
+            false,
+            nocase,
+            false,
+        )
+        .map(Some)
+        .or_else(|e| self.err(&e))
     }
 
     fn address(&mut self) -> PResult<Option<Addr>> {
@@ -178,7 +200,9 @@ impl ScriptParser {
                 } else {
                     '/'
                 };
-                let Some(text) = self.delimited(delim, true) else { return self.err("unterminated address regex") };
+                let Some(text) = self.delimited(delim, true) else {
+                    return self.err("unterminated address regex");
+                };
                 let mut nocase = false;
                 while let Some(f @ ('I' | 'M')) = self.peek() {
                     nocase |= f == 'I';
@@ -227,7 +251,11 @@ impl ScriptParser {
         while !matches!(self.peek(), None | Some('\n' | ';' | '}')) {
             self.pos += 1;
         }
-        self.s[start..self.pos].iter().collect::<String>().trim_end().to_string()
+        self.s[start..self.pos]
+            .iter()
+            .collect::<String>()
+            .trim_end()
+            .to_string()
     }
 
     fn replacement(text: &str) -> Vec<Repl> {
@@ -322,7 +350,9 @@ impl ScriptParser {
                 self.pos += 1;
                 self.skip_ws();
             }
-            let Some(c) = self.peek() else { return self.err("missing command") };
+            let Some(c) = self.peek() else {
+                return self.err("missing command");
+            };
             self.pos += 1;
             let mut label = String::new();
             let kind = match c {
@@ -334,7 +364,9 @@ impl ScriptParser {
                     if a1.is_some() {
                         return self.err("unexpected `}'");
                     }
-                    let Some(start) = open.pop() else { return self.err("unexpected `}'") };
+                    let Some(start) = open.pop() else {
+                        return self.err("unexpected `}'");
+                    };
                     let end = cmds.len();
                     cmds[start].kind = Kind::BlockStart(end);
                     Kind::BlockEnd
@@ -346,7 +378,11 @@ impl ScriptParser {
                 'q' | 'Q' => {
                     self.skip_ws();
                     let code = self.number().unwrap_or(0) as i32;
-                    if c == 'q' { Kind::Quit(code) } else { Kind::QuitSilent(code) }
+                    if c == 'q' {
+                        Kind::Quit(code)
+                    } else {
+                        Kind::QuitSilent(code)
+                    }
                 }
                 '=' => Kind::LineNo,
                 'n' => Kind::Next,
@@ -402,17 +438,29 @@ impl ScriptParser {
                         self.pos += 1;
                     }
                     let re = self.regex(&re_text, nocase)?;
-                    Kind::Subst { re, repl: Self::replacement(&repl_text), global, nth, print }
+                    Kind::Subst {
+                        re,
+                        repl: Self::replacement(&repl_text),
+                        global,
+                        nth,
+                        print,
+                    }
                 }
                 'y' => {
-                    let Some(delim) = self.peek() else { return self.err("unterminated `y' command") };
+                    let Some(delim) = self.peek() else {
+                        return self.err("unterminated `y' command");
+                    };
                     self.pos += 1;
-                    let (Some(from), Some(to)) = (self.delimited(delim, false), self.delimited(delim, false)) else {
+                    let (Some(from), Some(to)) =
+                        (self.delimited(delim, false), self.delimited(delim, false))
+                    else {
                         return self.err("unterminated `y' command");
                     };
                     let unescape = |s: &str| s.replace("\\\\", "\\");
-                    let (from, to): (Vec<char>, Vec<char>) =
-                        (unescape(&from).chars().collect(), unescape(&to).chars().collect());
+                    let (from, to): (Vec<char>, Vec<char>) = (
+                        unescape(&from).chars().collect(),
+                        unescape(&to).chars().collect(),
+                    );
                     if from.len() != to.len() {
                         return self.err("strings for `y' command are different lengths");
                     }
@@ -421,7 +469,13 @@ impl ScriptParser {
                 other => return self.err(&format!("unknown command: `{other}'")),
             };
             let takes_rest = matches!(kind, Kind::Append(_) | Kind::Insert(_) | Kind::Change(_));
-            cmds.push(Cmd { a1, a2, negate, kind, label });
+            cmds.push(Cmd {
+                a1,
+                a2,
+                negate,
+                kind,
+                label,
+            });
             if !takes_rest && c != '{' {
                 self.skip_ws();
                 match self.peek() {
@@ -436,9 +490,13 @@ impl ScriptParser {
         for c in &cmds {
             if let Kind::Branch(l) | Kind::BranchIfSub(l) | Kind::BranchUnlessSub(l) = &c.kind
                 && !l.is_empty()
-                && !cmds.iter().any(|d| matches!(d.kind, Kind::Label) && d.label == *l)
+                && !cmds
+                    .iter()
+                    .any(|d| matches!(d.kind, Kind::Label) && d.label == *l)
             {
-                return Err(format!("-e expression #1, char 0: can't find label for jump to `{l}'"));
+                return Err(format!(
+                    "-e expression #1, char 0: can't find label for jump to `{l}'"
+                ));
             }
         }
         Ok(cmds)
@@ -505,7 +563,8 @@ impl Machine<'_> {
             (Some(a1), None) => self.addr_matches(a1, ps, last),
             (Some(a1), Some(a2)) => {
                 // `0,/re/` is active from the first line, so the regex may end it there.
-                let starts_at_zero = matches!(a1, Addr::Line(0)) && matches!(a2, Addr2::At(Addr::Re(_)));
+                let starts_at_zero =
+                    matches!(a1, Addr::Line(0)) && matches!(a2, Addr2::At(Addr::Re(_)));
                 if self.active[pc] {
                     let end = match a2 {
                         Addr2::At(Addr::Line(n)) => self.line_no >= *n,
@@ -526,7 +585,9 @@ impl Machine<'_> {
                         }
                         Addr2::Multiple(m) => *m == 0 || self.line_no.is_multiple_of(*m),
                         Addr2::At(Addr::Last) => last,
-                        Addr2::At(a @ Addr::Re(_)) if starts_at_zero => self.addr_matches(a, ps, last),
+                        Addr2::At(a @ Addr::Re(_)) if starts_at_zero => {
+                            self.addr_matches(a, ps, last)
+                        }
                         Addr2::At(_) => false,
                     };
                     self.active[pc] = !ends_now;
@@ -539,11 +600,20 @@ impl Machine<'_> {
         hit != cmd.negate
     }
 
-    fn substitute(&mut self, re: &Option<Regex>, repl: &[Repl], global: bool, nth: usize, ps: &mut Vec<u8>) -> bool {
+    fn substitute(
+        &mut self,
+        re: &Option<Regex>,
+        repl: &[Repl],
+        global: bool,
+        nth: usize,
+        ps: &mut Vec<u8>,
+    ) -> bool {
         if let Some(r) = re {
             self.last_re = Some(r.clone());
         }
-        let Some(r) = self.re_for(re).cloned() else { return false };
+        let Some(r) = self.re_for(re).cloned() else {
+            return false;
+        };
         let mut out = Vec::with_capacity(ps.len());
         let mut last = 0;
         let mut count = 0;
@@ -574,7 +644,12 @@ impl Machine<'_> {
     }
 
     /// Runs the script over `lines`, appending output to `self.out`.
-    fn run(&mut self, ctx: &mut Ctx<'_, '_>, lines: &[Line], is_last_stream: bool) -> Result<(), Flow> {
+    fn run(
+        &mut self,
+        ctx: &mut Ctx<'_, '_>,
+        lines: &[Line],
+        is_last_stream: bool,
+    ) -> Result<(), Flow> {
         let mut idx = 0;
         let mut ps: Vec<u8> = Vec::new();
         let mut restart = false;
@@ -608,7 +683,11 @@ impl Machine<'_> {
                     Kind::BlockStart(_) | Kind::BlockEnd | Kind::Label => {}
                     Kind::Print => self.emit(&ps.clone(), true),
                     Kind::PrintFirst => {
-                        let first = ps.split(|&b| b == b'\n').next().unwrap_or_default().to_vec();
+                        let first = ps
+                            .split(|&b| b == b'\n')
+                            .next()
+                            .unwrap_or_default()
+                            .to_vec();
                         self.emit(&first, true);
                     }
                     Kind::Delete => {
@@ -635,7 +714,13 @@ impl Machine<'_> {
                         outcome = Cycle::Deleted;
                         break;
                     }
-                    Kind::Subst { re, repl, global, nth, print } => {
+                    Kind::Subst {
+                        re,
+                        repl,
+                        global,
+                        nth,
+                        print,
+                    } => {
                         if self.substitute(&re, &repl, global, nth, &mut ps) {
                             sub_flag = true;
                             if print {
@@ -657,8 +742,9 @@ impl Machine<'_> {
                     Kind::Append(t) => appends.push(format!("{t}\n").into_bytes()),
                     Kind::Insert(t) => self.emit(t.as_bytes(), true),
                     Kind::Change(t) => {
-                        let mid_range =
-                            self.prog[pc - 1].a2.is_some() && self.active[pc - 1] && !self.prog[pc - 1].negate;
+                        let mid_range = self.prog[pc - 1].a2.is_some()
+                            && self.active[pc - 1]
+                            && !self.prog[pc - 1].negate;
                         if !mid_range {
                             self.emit(t.as_bytes(), true);
                         }
@@ -764,21 +850,22 @@ impl Machine<'_> {
 fn expand_replacement(repl: &[Repl], caps: &regex::bytes::Captures<'_>, out: &mut Vec<u8>) {
     let mut mode: Option<CaseConv> = None;
     let mut one: Option<CaseConv> = None;
-    let push = |bytes: &[u8], out: &mut Vec<u8>, mode: Option<CaseConv>, one: &mut Option<CaseConv>| {
-        for &b in bytes {
-            let mut c = match mode {
-                Some(CaseConv::Upper) => b.to_ascii_uppercase(),
-                Some(CaseConv::Lower) => b.to_ascii_lowercase(),
-                _ => b,
-            };
-            match one.take() {
-                Some(CaseConv::UpperOne) => c = c.to_ascii_uppercase(),
-                Some(CaseConv::LowerOne) => c = c.to_ascii_lowercase(),
-                _ => {}
+    let push =
+        |bytes: &[u8], out: &mut Vec<u8>, mode: Option<CaseConv>, one: &mut Option<CaseConv>| {
+            for &b in bytes {
+                let mut c = match mode {
+                    Some(CaseConv::Upper) => b.to_ascii_uppercase(),
+                    Some(CaseConv::Lower) => b.to_ascii_lowercase(),
+                    _ => b,
+                };
+                match one.take() {
+                    Some(CaseConv::UpperOne) => c = c.to_ascii_uppercase(),
+                    Some(CaseConv::LowerOne) => c = c.to_ascii_lowercase(),
+                    _ => {}
+                }
+                out.push(c);
             }
-            out.push(c);
-        }
-    };
+        };
     for part in repl {
         match part {
             Repl::Lit(b) => push(b, out, mode, &mut one),
@@ -827,7 +914,14 @@ fn list_form(ps: &[u8]) -> String {
 fn to_lines(data: &[u8]) -> Vec<Line> {
     let (lines, ends) = split_lines(data);
     let n = lines.len();
-    lines.into_iter().enumerate().map(|(i, l)| Line { text: l.to_vec(), newline: i + 1 < n || ends }).collect()
+    lines
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| Line {
+            text: l.to_vec(),
+            newline: i + 1 < n || ends,
+        })
+        .collect()
 }
 
 pub(super) fn sed(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
@@ -847,7 +941,11 @@ pub(super) fn sed(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut scripts: Vec<String> = opts.values("e").map(str::to_string).collect();
     for f in opts.values("f").map(str::to_string).collect::<Vec<_>>() {
         match ctx.read_operand(&f) {
-            Ok(d) => scripts.push(String::from_utf8_lossy(&d).trim_end_matches('\n').to_string()),
+            Ok(d) => scripts.push(
+                String::from_utf8_lossy(&d)
+                    .trim_end_matches('\n')
+                    .to_string(),
+            ),
             Err(e) => {
                 ctx.err(format_args!("sed: couldn't open file {f}: {}", errno(&e)));
                 return Ok(1);
@@ -862,7 +960,11 @@ pub(super) fn sed(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         scripts.push(operands.remove(0));
     }
     let script = scripts.join("\n");
-    let mut parser = ScriptParser { s: script.chars().collect(), pos: 0, extended: opts.has("E") };
+    let mut parser = ScriptParser {
+        s: script.chars().collect(),
+        pos: 0,
+        extended: opts.has("E"),
+    };
     let prog = match parser.parse() {
         Ok(p) => p,
         Err(e) => {
@@ -887,7 +989,11 @@ pub(super) fn sed(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         out: Vec::new(),
         exit: None,
     };
-    let names: Vec<String> = if operands.is_empty() { vec!["-".into()] } else { operands };
+    let names: Vec<String> = if operands.is_empty() {
+        vec!["-".into()]
+    } else {
+        operands
+    };
     let separate = in_place || opts.has("s");
     let mut status = 0;
     // Without -i/-s all inputs are one stream: `$` is the last line of the last file.
@@ -895,7 +1001,9 @@ pub(super) fn sed(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     for name in &names {
         if name != "-" && ctx.kind(name) == Some(EntryKind::Dir) {
             if in_place {
-                ctx.err(format_args!("sed: couldn't edit {name}: not a regular file"));
+                ctx.err(format_args!(
+                    "sed: couldn't edit {name}: not a regular file"
+                ));
             } else {
                 ctx.err(format_args!("sed: read error on {name}: Is a directory"));
             }

@@ -15,13 +15,21 @@ fn valid_name(name: &str) -> bool {
 }
 
 pub(super) fn cd(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
-    let args: Vec<&String> = args.iter().filter(|a| !matches!(a.as_str(), "-L" | "-P" | "--")).collect();
+    let args: Vec<&String> = args
+        .iter()
+        .filter(|a| !matches!(a.as_str(), "-L" | "-P" | "--"))
+        .collect();
     if args.len() > 1 {
         ctx.err("bash: cd: too many arguments");
         return Ok(1);
     }
     let root = ctx.root();
-    let home = ctx.sh.vars.get("HOME").cloned().unwrap_or_else(|| root.clone());
+    let home = ctx
+        .sh
+        .vars
+        .get("HOME")
+        .cloned()
+        .unwrap_or_else(|| root.clone());
     let (target, print) = match args.first().map(|s| s.as_str()) {
         None | Some("~") => (home, false),
         Some("-") => match ctx.sh.vars.get("OLDPWD").cloned() {
@@ -47,7 +55,9 @@ pub(super) fn cd(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             return Ok(1);
         }
         None => {
-            ctx.err(format_args!("bash: cd: {target}: No such file or directory"));
+            ctx.err(format_args!(
+                "bash: cd: {target}: No such file or directory"
+            ));
             return Ok(1);
         }
     }
@@ -71,7 +81,12 @@ pub(super) fn export(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut status = 0;
     let names: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     if names.is_empty() {
-        let listing: String = ctx.sh.vars.iter().map(|(k, v)| format!("declare -x {k}=\"{v}\"\n")).collect();
+        let listing: String = ctx
+            .sh
+            .vars
+            .iter()
+            .map(|(k, v)| format!("declare -x {k}=\"{v}\"\n"))
+            .collect();
         ctx.outs(&listing);
         return Ok(0);
     }
@@ -106,7 +121,12 @@ pub(super) fn unset(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
 
 pub(super) fn set(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     if args.is_empty() {
-        let listing: String = ctx.sh.vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        let listing: String = ctx
+            .sh
+            .vars
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
         ctx.outs(&listing);
         return Ok(0);
     }
@@ -163,7 +183,9 @@ pub(super) fn exit(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
 
 fn loop_control(ctx: &mut Ctx<'_, '_>, name: &str, args: &[String]) -> Result<u32, i32> {
     if ctx.sh.loops == 0 {
-        ctx.err(format_args!("bash: {name}: only meaningful in a `for', `while', or `until' loop"));
+        ctx.err(format_args!(
+            "bash: {name}: only meaningful in a `for', `while', or `until' loop"
+        ));
         return Err(0);
     }
     let n = count_arg(ctx, name, args, 1)?;
@@ -217,7 +239,10 @@ pub(super) fn read(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         let value = if i + 1 == names.len() || ifs.is_empty() {
             // The last name takes the rest; a lone separator ending it is dropped, as bash does.
             let last = std::mem::take(&mut rest).trim_end_matches(is_blank);
-            match last.strip_suffix(|c: char| ifs.contains(c)).map(|l| l.trim_end_matches(is_blank)) {
+            match last
+                .strip_suffix(|c: char| ifs.contains(c))
+                .map(|l| l.trim_end_matches(is_blank))
+            {
                 Some(shorter) if !shorter.contains(|c: char| ifs.contains(c)) => shorter,
                 _ => last,
             }
@@ -315,7 +340,10 @@ pub(super) fn type_(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut status = 0;
     for name in args.iter().filter(|a| !a.starts_with('-')) {
         if is_shell_builtin(name)
-            || matches!(name.as_str(), "echo" | "printf" | "pwd" | "test" | "[" | "true" | "false")
+            || matches!(
+                name.as_str(),
+                "echo" | "printf" | "pwd" | "test" | "[" | "true" | "false"
+            )
         {
             ctx.outs(&format!("{name} is a shell builtin\n"));
         } else if available(ctx.sh, name) {
@@ -371,10 +399,12 @@ struct Test<'t, 'c, 'a> {
     depth: usize,
 }
 
-const UNARY: &[&str] =
-    &["-e", "-f", "-d", "-s", "-r", "-w", "-x", "-L", "-h", "-n", "-z", "-a", "-b", "-c", "-p", "-S"];
-const BINARY: &[&str] =
-    &["=", "==", "!=", "=~", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef"];
+const UNARY: &[&str] = &[
+    "-e", "-f", "-d", "-s", "-r", "-w", "-x", "-L", "-h", "-n", "-z", "-a", "-b", "-c", "-p", "-S",
+];
+const BINARY: &[&str] = &[
+    "=", "==", "!=", "=~", "<", ">", "-eq", "-ne", "-lt", "-le", "-gt", "-ge", "-nt", "-ot", "-ef",
+];
 
 impl Test<'_, '_, '_> {
     fn peek(&self) -> Option<&str> {
@@ -419,7 +449,9 @@ impl Test<'_, '_, '_> {
     }
 
     fn primary(&mut self) -> Result<bool, String> {
-        let Some(a) = self.peek().map(str::to_string) else { return Err("argument expected".into()) };
+        let Some(a) = self.peek().map(str::to_string) else {
+            return Err("argument expected".into());
+        };
         if a == "(" && self.pos + 2 < self.args.len() {
             self.pos += 1;
             let v = self.or()?;
@@ -429,7 +461,11 @@ impl Test<'_, '_, '_> {
             self.pos += 1;
             return Ok(v);
         }
-        if let Some(op) = self.args.get(self.pos + 1).filter(|o| BINARY.contains(&o.as_str())).cloned()
+        if let Some(op) = self
+            .args
+            .get(self.pos + 1)
+            .filter(|o| BINARY.contains(&o.as_str()))
+            .cloned()
             && let Some(rhs) = self.args.get(self.pos + 2).cloned()
         {
             self.pos += 3;
@@ -463,12 +499,16 @@ impl Test<'_, '_, '_> {
 
     fn binary(&mut self, a: &str, op: &str, b: &str) -> Result<bool, String> {
         let int = |s: &str| -> Result<i64, String> {
-            s.trim().parse::<i64>().map_err(|_| format!("{s}: integer expression expected"))
+            s.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("{s}: integer expression expected"))
         };
         Ok(match op {
             "=" | "==" if self.double => glob::matches(b, a),
             "!=" if self.double => !glob::matches(b, a),
-            "=~" => regex::Regex::new(b).map_err(|_| format!("{b}: invalid regular expression"))?.is_match(a),
+            "=~" => regex::Regex::new(b)
+                .map_err(|_| format!("{b}: invalid regular expression"))?
+                .is_match(a),
             "=" | "==" => a == b,
             "!=" => a != b,
             "<" => a < b,
@@ -479,7 +519,12 @@ impl Test<'_, '_, '_> {
             "-le" => int(a)? <= int(b)?,
             "-gt" => int(a)? > int(b)?,
             "-ge" => int(a)? >= int(b)?,
-            "-ef" => self.ctx.resolve(a).ok().zip(self.ctx.resolve(b).ok()).is_some_and(|(x, y)| x == y),
+            "-ef" => self
+                .ctx
+                .resolve(a)
+                .ok()
+                .zip(self.ctx.resolve(b).ok())
+                .is_some_and(|(x, y)| x == y),
             _ => false,
         })
     }
@@ -507,14 +552,22 @@ fn eval_test(ctx: &mut Ctx<'_, '_>, name: &str, args: &[String], double: bool) -
     if args.is_empty() {
         return Ok(1);
     }
-    let mut t = Test { ctx, args, pos: 0, double, depth: 0 };
+    let mut t = Test {
+        ctx,
+        args,
+        pos: 0,
+        double,
+        depth: 0,
+    };
     let r = t.or();
     let done = t.pos >= args.len();
     match r {
         Ok(v) if done => Ok(i32::from(!v)),
         Ok(_) => {
             let extra = args.get(t.pos).cloned().unwrap_or_default();
-            ctx.err(format_args!("bash: {name}: {extra}: unary operator expected"));
+            ctx.err(format_args!(
+                "bash: {name}: {extra}: unary operator expected"
+            ));
             Ok(2)
         }
         Err(e) => {
@@ -610,14 +663,26 @@ pub(super) fn printf(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
 pub(super) fn env(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut i = 0;
     let mut saved = Vec::new();
-    while let Some((name, value)) = args.get(i).and_then(|a| a.split_once('=')).filter(|(n, _)| valid_name(n)) {
-        saved.push((name.to_string(), ctx.sh.vars.insert(name.into(), value.into())));
+    while let Some((name, value)) = args
+        .get(i)
+        .and_then(|a| a.split_once('='))
+        .filter(|(n, _)| valid_name(n))
+    {
+        saved.push((
+            name.to_string(),
+            ctx.sh.vars.insert(name.into(), value.into()),
+        ));
         i += 1;
     }
     let r = if i < args.len() {
         ctx.run(&args[i..])
     } else {
-        let mut listing: String = ctx.sh.vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        let mut listing: String = ctx
+            .sh
+            .vars
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
         listing.push_str(&format!("PWD={}\n", ctx.sh.cwd.display_under(&ctx.root())));
         ctx.outs(&listing);
         Ok(0)
@@ -684,7 +749,8 @@ pub(super) fn xargs(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         .scan(false, |takes_value, (i, a)| {
             let is_opt = *takes_value || (a.starts_with('-') && a.len() > 1);
             let r = if is_opt { None } else { Some(i) };
-            *takes_value = !*takes_value && matches!(a.as_str(), "-n" | "-I" | "-d" | "-L" | "-P" | "-s" | "-E");
+            *takes_value = !*takes_value
+                && matches!(a.as_str(), "-n" | "-I" | "-d" | "-L" | "-P" | "-s" | "-E");
             Some(r)
         })
         .flatten()
@@ -702,18 +768,30 @@ pub(super) fn xargs(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         command.push("echo".into());
     }
     let input = String::from_utf8_lossy(&ctx.stdin()).into_owned();
-    let replace = opts
-        .value("I")
-        .map(str::to_string)
-        .or_else(|| opts.has("i").then(|| opts.value("i").unwrap_or("{}").to_string()));
+    let replace = opts.value("I").map(str::to_string).or_else(|| {
+        opts.has("i")
+            .then(|| opts.value("i").unwrap_or("{}").to_string())
+    });
     let items: Vec<String> = if opts.has("0") {
-        input.split('\0').filter(|s| !s.is_empty()).map(str::to_string).collect()
+        input
+            .split('\0')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
     } else if let Some(d) = opts.value("d") {
         let (d, _) = backslash_escapes(d, true);
         let d = d.chars().next().unwrap_or('\n');
-        input.split(d).filter(|s| !s.is_empty()).map(str::to_string).collect()
+        input
+            .split(d)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
     } else if replace.is_some() {
-        input.lines().map(|l| l.trim_start().to_string()).filter(|l| !l.is_empty()).collect()
+        input
+            .lines()
+            .map(|l| l.trim_start().to_string())
+            .filter(|l| !l.is_empty())
+            .collect()
     } else {
         match xargs_items(&input) {
             Ok(items) => items,
@@ -724,9 +802,21 @@ pub(super) fn xargs(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         }
     };
     let batches: Vec<Vec<String>> = if let Some(r) = &replace {
-        items.iter().map(|item| command.iter().map(|a| a.replace(r.as_str(), item)).collect()).collect()
+        items
+            .iter()
+            .map(|item| {
+                command
+                    .iter()
+                    .map(|a| a.replace(r.as_str(), item))
+                    .collect()
+            })
+            .collect()
     } else {
-        let per = opts.value("n").or(opts.value("L")).and_then(|n| n.parse::<usize>().ok()).filter(|&n| n > 0);
+        let per = opts
+            .value("n")
+            .or(opts.value("L"))
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n > 0);
         let chunks: Vec<Vec<String>> = match per {
             Some(n) => items.chunks(n).map(<[String]>::to_vec).collect(),
             None if items.is_empty() && !opts.has("r") => vec![Vec::new()],

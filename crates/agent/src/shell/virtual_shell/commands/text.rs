@@ -9,8 +9,16 @@ use crate::{EntryKind, RepoError};
 
 /// Reads every operand (stdin when none), reporting failures as `cmd: name: error`; returns
 /// the (name, bytes) pairs that could be read and whether any failed.
-fn read_inputs(ctx: &mut Ctx<'_, '_>, cmd: &str, operands: &[String]) -> (Vec<(String, Vec<u8>)>, bool) {
-    let names: Vec<String> = if operands.is_empty() { vec!["-".into()] } else { operands.to_vec() };
+fn read_inputs(
+    ctx: &mut Ctx<'_, '_>,
+    cmd: &str,
+    operands: &[String],
+) -> (Vec<(String, Vec<u8>)>, bool) {
+    let names: Vec<String> = if operands.is_empty() {
+        vec!["-".into()]
+    } else {
+        operands.to_vec()
+    };
     let mut out = Vec::new();
     let mut failed = false;
     for name in names {
@@ -47,7 +55,11 @@ pub(super) fn cat(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let tabs = opts.has("T") || opts.has("A") || opts.has("t");
     let squeeze = opts.has("s");
     let plain = !number && !ends && !tabs && !squeeze;
-    let names: Vec<String> = if opts.operands.is_empty() { vec!["-".into()] } else { opts.operands.clone() };
+    let names: Vec<String> = if opts.operands.is_empty() {
+        vec!["-".into()]
+    } else {
+        opts.operands.clone()
+    };
     let mut status = 0;
     let mut line_no = 0u64;
     let mut prev_blank = false;
@@ -104,7 +116,8 @@ fn normalize_count_args(args: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     for (i, a) in args.iter().enumerate() {
         let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
-        let prev_takes_value = i > 0 && matches!(args[i - 1].as_str(), "-n" | "-c" | "--lines" | "--bytes");
+        let prev_takes_value =
+            i > 0 && matches!(args[i - 1].as_str(), "-n" | "-c" | "--lines" | "--bytes");
         if !prev_takes_value && a.len() > 1 && a.starts_with('-') && digits(&a[1..]) {
             out.push("-n".into());
             out.push(a[1..].to_string());
@@ -128,17 +141,35 @@ pub(super) fn head_tail(ctx: &mut Ctx<'_, '_>, args: &[String], head: bool) -> E
         "n|lines= c|bytes= q|quiet|silent v|verbose f|follow F s|sleep-interval= z|zero-terminated",
         1
     );
-    let bytes_mode = opts.list.iter().rev().find(|(k, _)| *k == "n" || *k == "c").is_some_and(|(k, _)| *k == "c");
-    let spec = if bytes_mode { opts.value("c") } else { opts.value("n") }.unwrap_or("10").to_string();
+    let bytes_mode = opts
+        .list
+        .iter()
+        .rev()
+        .find(|(k, _)| *k == "n" || *k == "c")
+        .is_some_and(|(k, _)| *k == "c");
+    let spec = if bytes_mode {
+        opts.value("c")
+    } else {
+        opts.value("n")
+    }
+    .unwrap_or("10")
+    .to_string();
     let (from_start, negative, count) = match parse_count(&spec) {
         Some(x) => x,
         None => {
             let what = if bytes_mode { "bytes" } else { "lines" };
-            ctx.err(format_args!("{cmd}: invalid number of {what}: {}", quote(&spec)));
+            ctx.err(format_args!(
+                "{cmd}: invalid number of {what}: {}",
+                quote(&spec)
+            ));
             return Ok(1);
         }
     };
-    let names: Vec<String> = if opts.operands.is_empty() { vec!["-".into()] } else { opts.operands.clone() };
+    let names: Vec<String> = if opts.operands.is_empty() {
+        vec!["-".into()]
+    } else {
+        opts.operands.clone()
+    };
     let headers = !opts.has("q") && (names.len() > 1 || opts.has("v"));
     let mut status = 0;
     let mut first = true;
@@ -151,12 +182,19 @@ pub(super) fn head_tail(ctx: &mut Ctx<'_, '_>, args: &[String], head: bool) -> E
                     ctx.outs(&format!("{sep}==> {name} <==\n"));
                     first = false;
                 }
-                ctx.err(format_args!("{cmd}: error reading {}: Is a directory", quote(name)));
+                ctx.err(format_args!(
+                    "{cmd}: error reading {}: Is a directory",
+                    quote(name)
+                ));
                 status = 1;
                 continue;
             }
             Err(e) => {
-                ctx.err(format_args!("{cmd}: cannot open {} for reading: {}", quote(name), errno(&e)));
+                ctx.err(format_args!(
+                    "{cmd}: cannot open {} for reading: {}",
+                    quote(name),
+                    errno(&e)
+                ));
                 status = 1;
                 continue;
             }
@@ -179,7 +217,12 @@ pub(super) fn head_tail(ctx: &mut Ctx<'_, '_>, args: &[String], head: bool) -> E
         } else {
             // Offsets of line starts, so slicing keeps the bytes exactly.
             let mut starts = vec![0];
-            starts.extend(data.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1));
+            starts.extend(
+                data.iter()
+                    .enumerate()
+                    .filter(|(_, b)| **b == b'\n')
+                    .map(|(i, _)| i + 1),
+            );
             if starts.last() == Some(&data.len()) {
                 starts.pop();
             }
@@ -205,7 +248,9 @@ fn parse_count(spec: &str) -> Option<(bool, bool, usize)> {
         b'-' => (false, true, &spec[1..]),
         _ => (false, false, spec),
     };
-    let split = digits.find(|c: char| !c.is_ascii_digit()).unwrap_or(digits.len());
+    let split = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
     let n: usize = digits[..split].parse().ok()?;
     let mult: usize = match &digits[split..] {
         "" => 1,
@@ -221,12 +266,25 @@ fn parse_count(spec: &str) -> Option<(bool, bool, usize)> {
 }
 
 pub(super) fn wc(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
-    let opts = opts!(ctx, "wc", args, "l|lines w|words c|bytes m|chars L|max-line-length", 1);
-    let mut show: Vec<char> = ['l', 'w', 'm', 'c', 'L'].into_iter().filter(|c| opts.has(&c.to_string())).collect();
+    let opts = opts!(
+        ctx,
+        "wc",
+        args,
+        "l|lines w|words c|bytes m|chars L|max-line-length",
+        1
+    );
+    let mut show: Vec<char> = ['l', 'w', 'm', 'c', 'L']
+        .into_iter()
+        .filter(|c| opts.has(&c.to_string()))
+        .collect();
     if show.is_empty() {
         show = vec!['l', 'w', 'c'];
     }
-    let names: Vec<String> = if opts.operands.is_empty() { vec!["-".into()] } else { opts.operands.clone() };
+    let names: Vec<String> = if opts.operands.is_empty() {
+        vec!["-".into()]
+    } else {
+        opts.operands.clone()
+    };
     let mut rows: Vec<(Option<[u64; 5]>, String)> = Vec::new();
     let mut status = 0;
     // Column width: digits of the total size of the regular files, at least 7 when a pipe
@@ -256,12 +314,23 @@ pub(super) fn wc(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         ctx.tick(data.len() as u64 / 64)?;
         let text = String::from_utf8_lossy(&data);
         let lines = data.iter().filter(|&&b| b == b'\n').count() as u64;
-        let words = text.split(|c: char| c.is_whitespace()).filter(|w| !w.is_empty()).count() as u64;
+        let words = text
+            .split(|c: char| c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .count() as u64;
         let chars = text.chars().count() as u64;
-        let longest = text.split('\n').map(|l| l.chars().count()).max().unwrap_or(0) as u64;
+        let longest = text
+            .split('\n')
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(0) as u64;
         rows.push((
             Some([lines, words, chars, data.len() as u64, longest]),
-            if name == "-" && opts.operands.is_empty() { String::new() } else { name.clone() },
+            if name == "-" && opts.operands.is_empty() {
+                String::new()
+            } else {
+                name.clone()
+            },
         ));
     }
     let mut width = regular_total.to_string().len().max(min_width);
@@ -280,9 +349,16 @@ pub(super) fn wc(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     for (counts, name) in &rows {
         let Some(counts) = counts else { continue };
         for (i, t) in total.iter_mut().enumerate() {
-            *t = if i == 4 { (*t).max(counts[i]) } else { *t + counts[i] };
+            *t = if i == 4 {
+                (*t).max(counts[i])
+            } else {
+                *t + counts[i]
+            };
         }
-        let cells: Vec<String> = show.iter().map(|&c| format!("{:>width$}", counts[col(c)])).collect();
+        let cells: Vec<String> = show
+            .iter()
+            .map(|&c| format!("{:>width$}", counts[col(c)]))
+            .collect();
         out.push_str(&cells.join(" "));
         if !name.is_empty() {
             out.push(' ');
@@ -291,7 +367,10 @@ pub(super) fn wc(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         out.push('\n');
     }
     if names.len() > 1 {
-        let cells: Vec<String> = show.iter().map(|&c| format!("{:>width$}", total[col(c)])).collect();
+        let cells: Vec<String> = show
+            .iter()
+            .map(|&c| format!("{:>width$}", total[col(c)]))
+            .collect();
         out.push_str(&cells.join(" "));
         out.push_str(" total\n");
     }
@@ -386,7 +465,13 @@ fn parse_key(spec: &str, global: KeyOpts) -> Option<Key> {
     if !opts.any() {
         opts = global;
     }
-    Some(Key { start_field: sf, start_char: sc.max(1), end_field, end_char, opts })
+    Some(Key {
+        start_field: sf,
+        start_char: sc.max(1),
+        end_field,
+        end_char,
+        opts,
+    })
 }
 
 /// Byte ranges of the fields of `line`: split at `sep`, or (by default) each field starts
@@ -429,8 +514,14 @@ fn key_slice<'l>(line: &'l [u8], key: &Key, sep: Option<u8>) -> &'l [u8] {
         }
         p
     };
-    let Some(&(fs, fe)) = f.get(key.start_field - 1) else { return &[] };
-    let mut start = if key.opts.blanks || key.start_char > 1 && sep.is_none() { skip_blanks(fs, fe) } else { fs };
+    let Some(&(fs, fe)) = f.get(key.start_field - 1) else {
+        return &[];
+    };
+    let mut start = if key.opts.blanks || key.start_char > 1 && sep.is_none() {
+        skip_blanks(fs, fe)
+    } else {
+        fs
+    };
     start = (start + key.start_char - 1).min(fe);
     let end = match key.end_field {
         None => line.len(),
@@ -440,7 +531,11 @@ fn key_slice<'l>(line: &'l [u8], key: &Key, sep: Option<u8>) -> &'l [u8] {
                 if key.end_char == 0 {
                     ee
                 } else {
-                    let base = if key.opts.blanks { skip_blanks(es, ee) } else { es };
+                    let base = if key.opts.blanks {
+                        skip_blanks(es, ee)
+                    } else {
+                        es
+                    };
                     (base + key.end_char).min(ee)
                 }
             }
@@ -467,7 +562,10 @@ fn human_number(s: &[u8]) -> f64 {
     let n = leading_number(s);
     let text = String::from_utf8_lossy(s);
     let t = text.trim_start().trim_start_matches(['-', '+']);
-    let suffix = t.trim_start_matches(|c: char| c.is_ascii_digit() || c == '.').chars().next();
+    let suffix = t
+        .trim_start_matches(|c: char| c.is_ascii_digit() || c == '.')
+        .chars()
+        .next();
     let exp = match suffix {
         Some('K' | 'k') => 1,
         Some('M') => 2,
@@ -493,8 +591,12 @@ fn version_cmp(a: &[u8], b: &[u8]) -> Ordering {
             while j < b.len() && b[j].is_ascii_digit() {
                 j += 1;
             }
-            let na = String::from_utf8_lossy(&a[si..i]).trim_start_matches('0').to_string();
-            let nb = String::from_utf8_lossy(&b[sj..j]).trim_start_matches('0').to_string();
+            let na = String::from_utf8_lossy(&a[si..i])
+                .trim_start_matches('0')
+                .to_string();
+            let nb = String::from_utf8_lossy(&b[sj..j])
+                .trim_start_matches('0')
+                .to_string();
             let o = na.len().cmp(&nb.len()).then_with(|| na.cmp(&nb));
             if o != Ordering::Equal {
                 return o;
@@ -513,9 +615,13 @@ fn version_cmp(a: &[u8], b: &[u8]) -> Ordering {
 
 fn compare_with(a: &[u8], b: &[u8], o: &KeyOpts) -> Ordering {
     let ord = if o.numeric || o.general {
-        leading_number(a).partial_cmp(&leading_number(b)).unwrap_or(Ordering::Equal)
+        leading_number(a)
+            .partial_cmp(&leading_number(b))
+            .unwrap_or(Ordering::Equal)
     } else if o.human {
-        human_number(a).partial_cmp(&human_number(b)).unwrap_or(Ordering::Equal)
+        human_number(a)
+            .partial_cmp(&human_number(b))
+            .unwrap_or(Ordering::Equal)
     } else if o.version {
         version_cmp(a, b)
     } else {
@@ -526,7 +632,11 @@ fn compare_with(a: &[u8], b: &[u8], o: &KeyOpts) -> Ordering {
                 .map(|c| if o.fold { c.to_ascii_uppercase() } else { c })
                 .collect()
         };
-        if o.fold || o.dictionary { norm(a).cmp(&norm(b)) } else { a.cmp(b) }
+        if o.fold || o.dictionary {
+            norm(a).cmp(&norm(b))
+        } else {
+            a.cmp(b)
+        }
     };
     if o.reverse { ord.reverse() } else { ord }
 }
@@ -559,7 +669,10 @@ pub(super) fn sort(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         match parse_key(spec, global) {
             Some(k) => keys.push(k),
             None => {
-                ctx.err(format_args!("sort: invalid number at field start: invalid count at start of {}", quote(spec)));
+                ctx.err(format_args!(
+                    "sort: invalid number at field start: invalid count at start of {}",
+                    quote(spec)
+                ));
                 return Ok(2);
             }
         }
@@ -596,10 +709,15 @@ pub(super) fn sort(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     };
     if opts.has("c") {
         for (i, w) in lines.windows(2).enumerate() {
-            let bad = cmp(w[0], w[1]) == Ordering::Greater || (opts.has("u") && cmp(w[0], w[1]) == Ordering::Equal);
+            let bad = cmp(w[0], w[1]) == Ordering::Greater
+                || (opts.has("u") && cmp(w[0], w[1]) == Ordering::Equal);
             if bad {
                 let name = opts.operands.first().map_or("-", String::as_str);
-                ctx.err(format_args!("sort: {name}:{}: disorder: {}", i + 2, String::from_utf8_lossy(w[1])));
+                ctx.err(format_args!(
+                    "sort: {name}:{}: disorder: {}",
+                    i + 2,
+                    String::from_utf8_lossy(w[1])
+                ));
                 return Ok(1);
             }
         }
@@ -649,10 +767,18 @@ pub(super) fn uniq(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let fold = opts.has("i");
     let key = |l: &[u8]| -> Vec<u8> {
         let f = fields(l, None);
-        let start = if skip_fields == 0 { 0 } else { f.get(skip_fields - 1).map_or(l.len(), |x| x.1) };
+        let start = if skip_fields == 0 {
+            0
+        } else {
+            f.get(skip_fields - 1).map_or(l.len(), |x| x.1)
+        };
         let s = &l[(start + skip_chars).min(l.len())..];
         let s = &s[..check.unwrap_or(s.len()).min(s.len())];
-        if fold { s.to_ascii_lowercase() } else { s.to_vec() }
+        if fold {
+            s.to_ascii_lowercase()
+        } else {
+            s.to_vec()
+        }
     };
     let (lines, _) = split_lines(&data);
     ctx.tick(lines.len() as u64)?;
@@ -726,7 +852,10 @@ fn tr_set(spec: &str) -> Result<Vec<char>, String> {
             let rest: String = chars[i + 2..].iter().collect();
             if let Some(end) = rest.find(":]") {
                 let class = &rest[..end];
-                let members: Vec<char> = (0u8..128).map(char::from).filter(|&c| glob_class_has(class, c)).collect();
+                let members: Vec<char> = (0u8..128)
+                    .map(char::from)
+                    .filter(|&c| glob_class_has(class, c))
+                    .collect();
                 if members.is_empty() {
                     return Err(format!("invalid character class {}", quote(class)));
                 }
@@ -753,7 +882,9 @@ fn tr_set(spec: &str) -> Result<Vec<char>, String> {
             i += 1;
             let hi = unescape(&mut i);
             if hi < c {
-                return Err(format!("range-endpoints of '{c}-{hi}' are in reverse collating sequence order"));
+                return Err(format!(
+                    "range-endpoints of '{c}-{hi}' are in reverse collating sequence order"
+                ));
             }
             out.extend((c as u32..=hi as u32).filter_map(char::from_u32));
         } else {
@@ -764,7 +895,13 @@ fn tr_set(spec: &str) -> Result<Vec<char>, String> {
 }
 
 pub(super) fn tr(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
-    let opts = opts!(ctx, "tr", args, "c|C|complement d|delete s|squeeze-repeats t|truncate-set1", 1);
+    let opts = opts!(
+        ctx,
+        "tr",
+        args,
+        "c|C|complement d|delete s|squeeze-repeats t|truncate-set1",
+        1
+    );
     let (delete, squeeze, complement) = (opts.has("d"), opts.has("s"), opts.has("c"));
     let ops = &opts.operands;
     // Translating needs two sets, and so does deleting while squeezing.
@@ -805,9 +942,17 @@ pub(super) fn tr(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     ctx.tick(input.len() as u64 / 64)?;
     let in1 = |c: char| set1.contains(&c) != complement;
     let mut out = String::with_capacity(input.len());
-    let squeeze_set: Vec<char> = if delete || set2.is_none() { set1.clone() } else { set2.clone().unwrap_or_default() };
+    let squeeze_set: Vec<char> = if delete || set2.is_none() {
+        set1.clone()
+    } else {
+        set2.clone().unwrap_or_default()
+    };
     let squeeze_has = |c: char| {
-        if delete || set2.is_none() { squeeze_set.contains(&c) != complement } else { squeeze_set.contains(&c) }
+        if delete || set2.is_none() {
+            squeeze_set.contains(&c) != complement
+        } else {
+            squeeze_set.contains(&c)
+        }
     };
     for c in input.chars() {
         let mapped = if delete {
@@ -843,7 +988,11 @@ fn cut_list(spec: &str) -> Option<Vec<(usize, usize)>> {
         let (lo, hi) = match part.split_once('-') {
             Some((a, b)) => (
                 if a.is_empty() { 1 } else { a.parse().ok()? },
-                if b.is_empty() { usize::MAX } else { b.parse().ok()? },
+                if b.is_empty() {
+                    usize::MAX
+                } else {
+                    b.parse().ok()?
+                },
             ),
             None => {
                 let n = part.parse().ok()?;
@@ -869,8 +1018,16 @@ pub(super) fn cut(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let (mode, spec) = match (opts.value("f"), opts.value("c").or(opts.value("b"))) {
         (Some(f), None) => ('f', f),
         (None, Some(c)) => ('c', c),
-        (Some(_), Some(_)) => return Ok(ctx.usage("cut", "only one type of list may be specified", 1)),
-        (None, None) => return Ok(ctx.usage("cut", "you must specify a list of bytes, characters, or fields", 1)),
+        (Some(_), Some(_)) => {
+            return Ok(ctx.usage("cut", "only one type of list may be specified", 1));
+        }
+        (None, None) => {
+            return Ok(ctx.usage(
+                "cut",
+                "you must specify a list of bytes, characters, or fields",
+                1,
+            ));
+        }
     };
     let Some(ranges) = cut_list(spec) else {
         return Ok(ctx.usage("cut", &format!("invalid field value {}", quote(spec)), 1));
@@ -891,15 +1048,24 @@ pub(super) fn cut(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         for line in lines {
             let line = String::from_utf8_lossy(line);
             if mode == 'c' {
-                out.extend(line.chars().enumerate().filter(|(i, _)| wanted(i + 1)).map(|(_, c)| c));
+                out.extend(
+                    line.chars()
+                        .enumerate()
+                        .filter(|(i, _)| wanted(i + 1))
+                        .map(|(_, c)| c),
+                );
             } else if !line.contains(delim) {
                 if opts.has("s") {
                     continue;
                 }
                 out.push_str(&line);
             } else {
-                let picked: Vec<&str> =
-                    line.split(delim).enumerate().filter(|(i, _)| wanted(i + 1)).map(|(_, f)| f).collect();
+                let picked: Vec<&str> = line
+                    .split(delim)
+                    .enumerate()
+                    .filter(|(i, _)| wanted(i + 1))
+                    .map(|(_, f)| f)
+                    .collect();
                 out.push_str(&picked.join(&out_delim));
             }
             out.push('\n');
@@ -935,7 +1101,11 @@ pub(super) fn tee(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             continue;
         }
         let r = ctx.resolve(file).and_then(|p| {
-            let mut all = if opts.has("a") { ctx.sh.repo.read(&p).unwrap_or_default() } else { Vec::new() };
+            let mut all = if opts.has("a") {
+                ctx.sh.repo.read(&p).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
             all.extend_from_slice(&data);
             ctx.sh.repo.write(&p, &all)
         });
@@ -967,16 +1137,34 @@ pub(super) fn seq(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         }
     }
     if nums.is_empty() || nums.len() > 3 {
-        return Ok(ctx.usage("seq", if nums.is_empty() { "missing operand" } else { "extra operand" }, 1));
+        return Ok(ctx.usage(
+            "seq",
+            if nums.is_empty() {
+                "missing operand"
+            } else {
+                "extra operand"
+            },
+            1,
+        ));
     }
     let mut parsed = Vec::new();
     for n in &nums {
         match n.parse::<f64>() {
             Ok(v) if v.is_finite() => parsed.push(v),
-            _ => return Ok(ctx.usage("seq", &format!("invalid floating point argument: {}", quote(n)), 1)),
+            _ => {
+                return Ok(ctx.usage(
+                    "seq",
+                    &format!("invalid floating point argument: {}", quote(n)),
+                    1,
+                ));
+            }
         }
     }
-    let decimals = nums.iter().map(|n| n.split_once('.').map_or(0, |(_, d)| d.len())).max().unwrap_or(0);
+    let decimals = nums
+        .iter()
+        .map(|n| n.split_once('.').map_or(0, |(_, d)| d.len()))
+        .max()
+        .unwrap_or(0);
     let (first, step, last) = match parsed[..] {
         [l] => (1.0, 1.0, l),
         [f, l] => (f, 1.0, l),
@@ -984,11 +1172,22 @@ pub(super) fn seq(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         _ => unreachable!("one to three operands checked above"),
     };
     if step == 0.0 {
-        return Ok(ctx.usage("seq", &format!("invalid Zero increment value: {}", quote(&nums[1])), 1));
+        return Ok(ctx.usage(
+            "seq",
+            &format!("invalid Zero increment value: {}", quote(&nums[1])),
+            1,
+        ));
     }
     // Written in chunks so a long sequence never sits in memory beyond the output limits.
-    let width =
-        if equal_width { [first, last].iter().map(|v| format!("{v:.decimals$}").len()).max().unwrap_or(0) } else { 0 };
+    let width = if equal_width {
+        [first, last]
+            .iter()
+            .map(|v| format!("{v:.decimals$}").len())
+            .max()
+            .unwrap_or(0)
+    } else {
+        0
+    };
     let mut chunk = String::new();
     let mut k = 0u64;
     loop {

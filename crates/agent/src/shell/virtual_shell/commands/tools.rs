@@ -51,7 +51,10 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                     _ => match ctx.resolve(a) {
                         Ok(p) => paths.push(p),
                         Err(e) => {
-                            ctx.err(format_args!("fatal: {a}: '{a}' is outside repository ({})", errno(&e)));
+                            ctx.err(format_args!(
+                                "fatal: {a}: '{a}' is outside repository ({})",
+                                errno(&e)
+                            ));
                             return Ok(128);
                         }
                     },
@@ -68,11 +71,17 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 };
                 let mut text = String::new();
                 for (change, p) in changes {
-                    if change == FileChange::Added || !(paths.is_empty() || paths.iter().any(|q| p.starts_with(q))) {
+                    if change == FileChange::Added
+                        || !(paths.is_empty() || paths.iter().any(|q| p.starts_with(q)))
+                    {
                         continue;
                     }
                     if mode == "name-status" {
-                        text.push(if change == FileChange::Deleted { 'D' } else { 'M' });
+                        text.push(if change == FileChange::Deleted {
+                            'D'
+                        } else {
+                            'M'
+                        });
                         text.push('\t');
                     }
                     text.push_str(p.as_str());
@@ -95,8 +104,12 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             Ok(0)
         }
         "status" => {
-            let short =
-                rest.iter().any(|a| matches!(a.as_str(), "-s" | "--short" | "--porcelain" | "-sb" | "--porcelain=v1"));
+            let short = rest.iter().any(|a| {
+                matches!(
+                    a.as_str(),
+                    "-s" | "--short" | "--porcelain" | "-sb" | "--porcelain=v1"
+                )
+            });
             let porcelain = rest.iter().any(|a| a.starts_with("--porcelain"));
             let changes = match vcs.status(&*ctx.sh.repo) {
                 Ok(c) => c,
@@ -106,7 +119,13 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 }
             };
             let cwd = ctx.sh.cwd.clone();
-            let shown = |p: &RepoPath| if porcelain { p.as_str().to_string() } else { relative_to(p, &cwd) };
+            let shown = |p: &RepoPath| {
+                if porcelain {
+                    p.as_str().to_string()
+                } else {
+                    relative_to(p, &cwd)
+                }
+            };
             let mut text = String::new();
             if short {
                 // Tracked changes first, untracked files last, as git lists them.
@@ -124,21 +143,35 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 }
             } else {
                 text.push_str("On branch main\n");
-                let tracked: Vec<_> = changes.iter().filter(|(c, _)| *c != FileChange::Added).collect();
-                let untracked: Vec<_> = changes.iter().filter(|(c, _)| *c == FileChange::Added).collect();
+                let tracked: Vec<_> = changes
+                    .iter()
+                    .filter(|(c, _)| *c != FileChange::Added)
+                    .collect();
+                let untracked: Vec<_> = changes
+                    .iter()
+                    .filter(|(c, _)| *c == FileChange::Added)
+                    .collect();
                 if !tracked.is_empty() {
                     text.push_str("Changes not staged for commit:\n");
-                    text.push_str("  (use \"git add/rm <file>...\" to update what will be committed)\n");
+                    text.push_str(
+                        "  (use \"git add/rm <file>...\" to update what will be committed)\n",
+                    );
                     text.push_str("  (use \"git restore <file>...\" to discard changes in working directory)\n");
                     for (c, p) in &tracked {
-                        let what = if *c == FileChange::Deleted { "deleted:    " } else { "modified:   " };
+                        let what = if *c == FileChange::Deleted {
+                            "deleted:    "
+                        } else {
+                            "modified:   "
+                        };
                         text.push_str(&format!("\t{what}{}\n", shown(p)));
                     }
                     text.push('\n');
                 }
                 if !untracked.is_empty() {
                     text.push_str("Untracked files:\n");
-                    text.push_str("  (use \"git add <file>...\" to include in what will be committed)\n");
+                    text.push_str(
+                        "  (use \"git add <file>...\" to include in what will be committed)\n",
+                    );
                     for (_, p) in &untracked {
                         text.push_str(&format!("\t{}\n", shown(p)));
                     }
@@ -149,7 +182,9 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 } else if tracked.is_empty() {
                     text.push_str("nothing added to commit but untracked files present (use \"git add\" to track)\n");
                 } else {
-                    text.push_str("no changes added to commit (use \"git add\" and/or \"git commit -a\")\n");
+                    text.push_str(
+                        "no changes added to commit (use \"git add\" and/or \"git commit -a\")\n",
+                    );
                 }
             }
             ctx.outs(&text);
@@ -183,7 +218,11 @@ fn diff_stat(diff: &str) -> String {
         return String::new();
     }
     let width = files.iter().map(|f| f.0.len()).max().unwrap_or(0);
-    let count_w = files.iter().map(|f| (f.1 + f.2).to_string().len()).max().unwrap_or(1);
+    let count_w = files
+        .iter()
+        .map(|f| (f.1 + f.2).to_string().len())
+        .max()
+        .unwrap_or(1);
     let mut out = String::new();
     for (name, add, del) in &files {
         out.push_str(&format!(
@@ -194,13 +233,29 @@ fn diff_stat(diff: &str) -> String {
         ));
     }
     let (adds, dels): (usize, usize) = files.iter().fold((0, 0), |(a, d), f| (a + f.1, d + f.2));
-    let plural = |n: usize, one: &str, many: &str| if n == 1 { one.to_string() } else { many.to_string() };
-    out.push_str(&format!(" {} {} changed", files.len(), plural(files.len(), "file", "files")));
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            one.to_string()
+        } else {
+            many.to_string()
+        }
+    };
+    out.push_str(&format!(
+        " {} {} changed",
+        files.len(),
+        plural(files.len(), "file", "files")
+    ));
     if adds > 0 {
-        out.push_str(&format!(", {adds} {}(+)", plural(adds, "insertion", "insertions")));
+        out.push_str(&format!(
+            ", {adds} {}(+)",
+            plural(adds, "insertion", "insertions")
+        ));
     }
     if dels > 0 {
-        out.push_str(&format!(", {dels} {}(-)", plural(dels, "deletion", "deletions")));
+        out.push_str(&format!(
+            ", {dels} {}(-)",
+            plural(dels, "deletion", "deletions")
+        ));
     }
     out.push('\n');
     out
@@ -220,7 +275,11 @@ pub(super) fn python(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut io = ProgramIo::new(stdin);
     let status = runner.run(&mut *sh.repo, &cwd, &argv, &mut io);
     for (stream, bytes) in io.output() {
-        let fd = if *stream == Stream::Stderr { ctx.fds.err } else { ctx.fds.out };
+        let fd = if *stream == Stream::Stderr {
+            ctx.fds.err
+        } else {
+            ctx.fds.out
+        };
         ctx.sh.write(fd, bytes);
     }
     Ok(status)
@@ -247,7 +306,11 @@ struct Spec {
 
 impl<'a> Printf<'a> {
     pub fn new(args: &'a [String]) -> Self {
-        Printf { args, next: 0, errors: Vec::new() }
+        Printf {
+            args,
+            next: 0,
+            errors: Vec::new(),
+        }
     }
 
     pub fn run(&mut self, format: &str) -> String {
@@ -344,8 +407,15 @@ impl<'a> Printf<'a> {
                 i += 1;
                 continue;
             }
-            let mut spec =
-                Spec { left: false, zero: false, plus: false, space: false, alt: false, width: None, precision: None };
+            let mut spec = Spec {
+                left: false,
+                zero: false,
+                plus: false,
+                space: false,
+                alt: false,
+                width: None,
+                precision: None,
+            };
             while let Some(&f) = chars.get(i) {
                 match f {
                     '-' => spec.left = true,
@@ -367,7 +437,13 @@ impl<'a> Printf<'a> {
                 while chars.get(*i).is_some_and(|c| c.is_ascii_digit()) {
                     *i += 1;
                 }
-                (start < *i).then(|| chars[start..*i].iter().collect::<String>().parse().unwrap_or(0))
+                (start < *i).then(|| {
+                    chars[start..*i]
+                        .iter()
+                        .collect::<String>()
+                        .parse()
+                        .unwrap_or(0)
+                })
             };
             spec.width = number(&mut i, self).map(|w| w.min(1 << 16));
             if chars.get(i) == Some(&'.') {
@@ -399,7 +475,11 @@ impl<'a> Printf<'a> {
                     continue;
                 }
                 'q' => shell_quote(self.arg().unwrap_or("")),
-                'c' => self.arg().and_then(|a| a.chars().next()).map(String::from).unwrap_or_default(),
+                'c' => self
+                    .arg()
+                    .and_then(|a| a.chars().next())
+                    .map(String::from)
+                    .unwrap_or_default(),
                 'd' | 'i' => {
                     let v = self.int_arg();
                     let digits = with_precision(v.unsigned_abs().to_string(), spec.precision);
@@ -441,7 +521,8 @@ impl<'a> Printf<'a> {
                     continue;
                 }
                 other => {
-                    self.errors.push(format!("%{other}: invalid format character"));
+                    self.errors
+                        .push(format!("%{other}: invalid format character"));
                     return true;
                 }
             };
@@ -508,7 +589,10 @@ fn general_form(v: f64, precision: usize, alt: bool) -> String {
     let exp = if v == 0.0 {
         0
     } else {
-        exp_form(v, p - 1).split_once('e').and_then(|(_, e)| e.parse::<i32>().ok()).unwrap_or(0)
+        exp_form(v, p - 1)
+            .split_once('e')
+            .and_then(|(_, e)| e.parse::<i32>().ok())
+            .unwrap_or(0)
     };
     let mut s = if exp < -4 || exp >= p as i32 {
         exp_form(v, p - 1)
@@ -520,7 +604,11 @@ fn general_form(v: f64, precision: usize, alt: bool) -> String {
             Some(i) => (s[..i].to_string(), s[i..].to_string()),
             None => (s.clone(), String::new()),
         };
-        let mant = if mant.contains('.') { mant.trim_end_matches('0').trim_end_matches('.').to_string() } else { mant };
+        let mant = if mant.contains('.') {
+            mant.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            mant
+        };
         s = format!("{mant}{tail}");
     }
     s
