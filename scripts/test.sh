@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Runs every test: kernels against CPU references, the GGUF reader's hostile inputs, the
-# tokenizer against llama.cpp's test vectors, the downloader against a local server,
+# Runs every test: static checks (scripts/check.sh), kernels against CPU references, the
+# GGUF reader's hostile inputs, the tokenizer against llama.cpp's test vectors, the downloader against a local server,
 # SmolLM2 against llama.cpp's fixture, and the engine in headless Chromium (test-web.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 scripts/setup-system.sh
+# rustfmt, clippy -D warnings and the crates' one-way dependencies.
+scripts/check.sh
 scripts/fetch-model.sh >/dev/null
 # llama.cpp's tokenizer test vectors (the sdist only: no llama.cpp build).
 scripts/llama-cpp/build.sh --vectors-only >/dev/null
