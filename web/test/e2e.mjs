@@ -4,7 +4,10 @@
 // prompt must equal the native CLI's, token for token; a reload must take the model from the
 // OPFS cache (the server's request log shows no model bytes sent); progress must have been
 // reported; a 404, a truncated file and a garbage file must each show their error and leave
-// the page usable, and Retry must recover from a failed download.
+// the page usable, and Retry must recover from a failed download. LoRA: a tiny llama
+// (tests/fixtures/lora/llama-tiny) loaded with its PEFT adapter must give the native CLI's
+// greedy text with `--lora`, and after the adapter is removed, the text without it; an adapter
+// for another model and a missing one must fail with their codes.
 //
 // Environment: LILYPAD_MODEL (the GGUF), LILYPAD_BIN (the native `lilypad` binary), CHROMIUM
 // (default /usr/bin/chromium), E2E_RESULTS (a JSON file for the measured figures).
@@ -22,6 +25,10 @@ const MODEL = resolve(process.env.LILYPAD_MODEL ?? join(here, '../../models/Smol
 const BIN = process.env.LILYPAD_BIN;
 const PROMPT = '<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n';
 const MAX_TOKENS = 32;
+const LORA = resolve(here, '../../tests/fixtures/lora');
+const LORA_MODEL = join(LORA, 'llama-tiny/model/model.gguf');
+const LORA_PROMPT = 'The quick brown fox';
+const LORA_TOKENS = 24;
 const LONG = 15 * 60_000;
 
 assert.ok(BIN, 'set LILYPAD_BIN to the native lilypad binary');
@@ -41,6 +48,18 @@ const nativeIds = JSON.parse(
 console.log(`  native: ${JSON.stringify(nativeText)} = ${JSON.stringify(nativeIds)}`);
 results.native_text = nativeText;
 
+step('native greedy text of the tiny llama, with and without its LoRA adapter');
+const tinyGenerate = (...extra) =>
+  execFileSync(BIN, ['generate', '-m', LORA_MODEL, '-p', LORA_PROMPT, '--max-tokens', String(LORA_TOKENS), '--temperature', '0', '-q', ...extra], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }).replace(/\n$/, '');
+const tinyBase = tinyGenerate();
+const tinyLora = tinyGenerate('--lora', join(LORA, 'llama-tiny/adapter'));
+console.log(`  base: ${JSON.stringify(tinyBase)}\n  lora: ${JSON.stringify(tinyLora)}`);
+assert.notEqual(tinyLora, tinyBase, 'the adapter must change the greedy text for this check to mean anything');
+results.lora = { native_base: tinyBase, native_lora: tinyLora };
+
 // --- Broken models and a flaky server.
 const broken = mkdtempSync(join(tmpdir(), 'lilypad-e2e-'));
 const head = Buffer.alloc(3 << 20);
@@ -54,7 +73,7 @@ let flakyFailures = 1;
 const server = await startServer({
   models: dirname(MODEL),
   dist: join(here, '../dist'),
-  extra: { '/broken/': broken },
+  extra: { '/broken/': broken, '/lora/': LORA },
   intercept(req, res, url) {
     // Fails once, then serves the real model: what Retry is for.
     if (url.pathname === '/flaky/model.gguf' && flakyFailures-- > 0) {
@@ -117,6 +136,69 @@ try {
   const gpu = await page.textContent('#gpu-status');
   console.log(`  ${gpu}`);
   assert.equal(await page.getAttribute('#gpu-status', 'data-ok'), 'true', gpu);
+
+  step('LoRA: the tiny llama with its adapter from a folder URL');
+  const tinyPath = '/lora/llama-tiny/model/model.gguf';
+  const withLora = (lora) => async () => {
+    await url(`${server.url}${tinyPath}`)();
+    await page.evaluate(() => (document.getElementById('lora-panel').open = true));
+    await page.fill('#lora-url', lora);
+  };
+  const loraShown = async () => JSON.parse(await page.getAttribute('#info', 'data-lora'));
+  const tinyGreedy = () => generate(LORA_PROMPT, { raw: true, maxTokens: LORA_TOKENS });
+  async function setLora(button, lora = '') {
+    await page.fill('#lora-url', lora);
+    const started = Date.now();
+    await page.click(button);
+    await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: LONG });
+    return Date.now() - started;
+  }
+  const tinyLoad = await loadModel(withLora(`${server.url}/lora/llama-tiny/adapter/`));
+  assert.equal(tinyLoad.state, 'ready', JSON.stringify(await errorShown()));
+  assert.deepEqual(await loraShown(), { rank: 4, alpha: 8, scale: 2, linears: 21, base_model: 'llama-tiny' });
+  const adapted = await tinyGreedy();
+  console.log(`  with the adapter (loaded in ${tinyLoad.ms} ms): ${JSON.stringify(adapted.text)} = ${JSON.stringify(adapted.tokens)}`);
+  assert.equal(adapted.text, tinyLora);
+  results.lora.load_ms = tinyLoad.ms;
+  results.lora.browser_lora = adapted.text;
+  results.lora.browser_lora_tokens = adapted.tokens;
+
+  step('LoRA: engine.setLora(null) removes it');
+  const removeMs = await setLora('#lora-remove');
+  assert.equal((await errorShown()).hidden, true, JSON.stringify(await errorShown()));
+  assert.equal(await loraShown(), null);
+  const plain = await tinyGreedy();
+  console.log(`  without (removed in ${removeMs} ms): ${JSON.stringify(plain.text)}`);
+  assert.equal(plain.text, tinyBase);
+  results.lora.browser_base = plain.text;
+  results.lora.remove_ms = removeMs;
+
+  step('LoRA: engine.setLora(folder) puts it back');
+  const applyMs = await setLora('#lora-apply', `${server.url}/lora/llama-tiny/adapter`);
+  assert.equal((await errorShown()).hidden, true, JSON.stringify(await errorShown()));
+  assert.equal((await loraShown())?.linears, 21);
+  const reapplied = await tinyGreedy();
+  console.log(`  with it again (applied in ${applyMs} ms): ${JSON.stringify(reapplied.text)}`);
+  assert.equal(reapplied.text, tinyLora);
+  results.lora.apply_ms = applyMs;
+
+  step("LoRA: another model's adapter is refused and changes nothing");
+  await setLora('#lora-apply', `${server.url}/lora/qwen3-tiny/adapter/`);
+  const refused = await errorShown();
+  console.log(`  ${refused.code}: ${refused.text}`);
+  assert.equal(refused.hidden, false);
+  assert.equal(refused.code, 'bad-request', refused.text);
+  assert.match(refused.text, /LoRA adapter/);
+  assert.equal((await loraShown())?.base_model, 'llama-tiny');
+  assert.equal((await tinyGreedy()).text, tinyLora);
+
+  step('LoRA: a missing adapter fails before the model is downloaded');
+  server.log.length = 0;
+  const missing = await loadModel(withLora(`${server.url}/lora/nowhere/`));
+  assert.equal(missing.state, 'error');
+  assert.equal((await errorShown()).code, 'not-found', JSON.stringify(await errorShown()));
+  assert.deepEqual(server.log.filter((e) => e.path === tinyPath), [], 'no model request');
+  await page.fill('#lora-url', '');
 
   step('cold load: download with Range requests, upload to the GPU');
   const cold = await loadModel(preset('smollm2-135m'));

@@ -45,10 +45,16 @@ impl GenerationParams {
             seed: self.seed.unwrap_or(0),
         };
         if !(s.temperature.is_finite() && s.temperature >= 0.0) {
-            return Err(WebError::request(format!("temperature {} must be ≥ 0", s.temperature)));
+            return Err(WebError::request(format!(
+                "temperature {} must be ≥ 0",
+                s.temperature
+            )));
         }
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
-            return Err(WebError::request(format!("top_p {} must be in (0, 1]", s.top_p)));
+            return Err(WebError::request(format!(
+                "top_p {} must be in (0, 1]",
+                s.top_p
+            )));
         }
         Ok(s)
     }
@@ -165,6 +171,21 @@ pub struct UploadProgress {
 pub struct EngineInfo {
     pub adapter: AdapterInfo,
     pub model: ModelInfo,
+    /// The LoRA adapter in use (`null` when none).
+    pub lora: Option<LoraInfo>,
+}
+
+/// A LoRA adapter applied to the model.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LoraInfo {
+    pub rank: usize,
+    pub alpha: f32,
+    /// What B·A is multiplied by: alpha / rank, or alpha / √rank with rsLoRA.
+    pub scale: f32,
+    /// The model's linear projections it adapts.
+    pub linears: usize,
+    /// `base_model_name_or_path` as the trainer recorded it.
+    pub base_model: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -200,7 +221,7 @@ impl AdapterInfo {
             device_type,
             driver,
             features,
-            max_storage_buffer_binding_size: gpu.limits.max_storage_buffer_binding_size as u64,
+            max_storage_buffer_binding_size: gpu.limits.max_storage_buffer_binding_size,
             max_buffer_size: gpu.limits.max_buffer_size,
         }
     }
@@ -285,13 +306,29 @@ mod tests {
 
     #[test]
     fn bad_parameters_are_request_errors() {
-        let p = |json| serde_json::from_value::<PromptRequest>(json).unwrap().params;
-        let e = p(serde_json::json!({"prompt": "x", "top_p": 0})).sampling().unwrap_err();
+        let p = |json| {
+            serde_json::from_value::<PromptRequest>(json)
+                .unwrap()
+                .params
+        };
+        let e = p(serde_json::json!({"prompt": "x", "top_p": 0}))
+            .sampling()
+            .unwrap_err();
         assert_eq!(e.code, "bad-request");
         assert!(e.message.contains("top_p"));
-        assert!(p(serde_json::json!({"prompt": "x", "temperature": -1})).sampling().is_err());
-        assert!(p(serde_json::json!({"prompt": "x", "max_tokens": 0})).max_tokens().is_err());
-        assert!(chat(serde_json::json!({"messages": [{"role": "wizard", "content": ""}]})).is_err());
+        assert!(
+            p(serde_json::json!({"prompt": "x", "temperature": -1}))
+                .sampling()
+                .is_err()
+        );
+        assert!(
+            p(serde_json::json!({"prompt": "x", "max_tokens": 0}))
+                .max_tokens()
+                .is_err()
+        );
+        assert!(
+            chat(serde_json::json!({"messages": [{"role": "wizard", "content": ""}]})).is_err()
+        );
     }
 
     #[test]
@@ -312,7 +349,11 @@ mod tests {
         assert_eq!(r.timings.decode_tokens_per_s, 20.0);
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["tokens"], serde_json::json!([1, 2]));
-        let aborted = Completion { finish: FinishReason::Aborted, decode_ms: 0.0, ..c };
+        let aborted = Completion {
+            finish: FinishReason::Aborted,
+            decode_ms: 0.0,
+            ..c
+        };
         let r = GenerationResult::new(&aborted, None);
         assert_eq!(r.finish_reason, "abort");
         assert_eq!(r.timings.decode_tokens_per_s, 0.0);

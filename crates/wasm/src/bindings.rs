@@ -1,6 +1,7 @@
 //! The wasm-bindgen surface the Web Worker calls: `inspectHeader`, `loadEngine` and the
-//! `Engine` class. Requests and results are plain JSON-compatible objects (see `api.rs`);
-//! errors are JS `Error`s carrying a `code` (see `error.rs`).
+//! `Engine` class (with `setLora` for LoRA adapters, see `lora.rs`). Requests and results are
+//! plain JSON-compatible objects (see `api.rs`); errors are JS `Error`s carrying a `code` (see
+//! `error.rs`).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -8,7 +9,9 @@ use std::rc::Rc;
 use js_sys::{Function, Promise};
 use lilypad_agent::{LanguageModel, Request};
 use lilypad_chat::ChatSession;
-use lilypad_engine::{AdapterOptions, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions};
+use lilypad_engine::{
+    AdapterOptions, EngineError, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions,
+};
 use lilypad_gguf::GgufFile;
 use lilypad_tokenizer::TextTokenizer;
 use serde::Serialize;
@@ -21,6 +24,7 @@ use crate::api::{
     PromptRequest, UploadProgress,
 };
 use crate::error::WebError;
+use crate::lora;
 use crate::source::{JsByteSource, ModelReader};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -89,12 +93,17 @@ pub fn inspect_header(reader: ModelReader) -> Result<JsValue, JsValue> {
 
 /// Opens the browser's WebGPU device, reads the model through `reader` tensor by tensor into
 /// GPU buffers and returns a ready engine. `on_progress` receives [`UploadProgress`] objects.
+/// `lora_config` and `lora_weights`, the bytes of a PEFT adapter's `adapter_config.json` and
+/// `adapter_model.safetensors`, put a LoRA adapter on the model; they are checked against the
+/// header before any weight is read.
 #[wasm_bindgen(js_name = loadEngine)]
 pub async fn load_engine(
     reader: ModelReader,
     name: String,
     options: JsValue,
     on_progress: Function,
+    lora_config: Option<Vec<u8>>,
+    lora_weights: Option<Vec<u8>>,
 ) -> Result<Engine, JsValue> {
     let options: LoadOptions = if options.is_undefined() || options.is_null() {
         LoadOptions::default()
@@ -105,7 +114,12 @@ pub async fn load_engine(
     let file = GgufFile::read(&src).map_err(WebError::from)?;
     let cfg = LlamaConfig::from_gguf(&file).map_err(WebError::from)?;
     let tok = TextTokenizer::from_gguf(&file.metadata).map_err(WebError::from)?;
-    let gpu = GpuContext::new(&AdapterOptions::default()).await.map_err(WebError::from)?;
+    // A bad adapter fails now, not after the upload.
+    let adapter = lora::read_adapter(lora_config.as_deref(), lora_weights.as_deref(), &file)?;
+    drop((lora_config, lora_weights));
+    let gpu = GpuContext::new(&AdapterOptions::default())
+        .await
+        .map_err(WebError::from)?;
 
     let tensors_total = cfg.tensor_shapes().len();
     let mut tensors_done = 0;
@@ -129,20 +143,29 @@ pub async fn load_engine(
         max_chunk_bytes: options.max_chunk_bytes,
         ..Default::default()
     };
-    let model = Model::load(gpu.clone(), &file, &src, &opts, &mut report)
+    let mut model = Model::load(gpu.clone(), &file, &src, &opts, &mut report)
         .await
         .map_err(WebError::from)?;
+    if let Some(adapter) = &adapter {
+        model.set_lora(Some(adapter)).map_err(lora::apply_error)?;
+    }
     let info = EngineInfo {
         adapter: AdapterInfo::new(&gpu),
         model: ModelInfo::new(&name, &model, file.parameter_count(), file.file_len),
+        lora: adapter.as_ref().map(lora::info),
     };
     let chat = ChatSession::new(model, tok, &name).map_err(WebError::from)?;
-    Ok(Engine { session: Rc::new(RefCell::new(Some(Session { chat, info }))) })
+    let header = lora::adapter_header(file);
+    Ok(Engine {
+        session: Rc::new(RefCell::new(Some(Session { chat, info, header }))),
+    })
 }
 
 struct Session {
     chat: ChatSession,
     info: EngineInfo,
+    /// The model's header without its vocabulary: what later adapters are mapped with.
+    header: GgufFile,
 }
 
 /// A loaded model. One request runs at a time (a second one fails with code `busy`); the
@@ -215,6 +238,34 @@ impl Engine {
                 .map_err(WebError::from)?;
             Ok(to_js(&GenerationResult::new(&completion, Some(tokens)))?)
         })
+    }
+
+    /// Puts a LoRA adapter on the model, given the bytes of a PEFT adapter's
+    /// `adapter_config.json` and `adapter_model.safetensors`, in place of the one in use; both
+    /// `null` removes it. Returns the adapter's info (`null` once removed) and forgets the
+    /// conversation. An adapter that does not fit the model fails with code `bad-request` and
+    /// changes nothing; a GPU failure while applying it leaves the model without an adapter.
+    #[wasm_bindgen(js_name = setLora)]
+    pub fn set_lora(
+        &self,
+        config_json: Option<Vec<u8>>,
+        safetensors: Option<Vec<u8>>,
+    ) -> Result<JsValue, JsValue> {
+        let mut guard = self.session.try_borrow_mut().map_err(|_| busy())?;
+        let s = guard.as_mut().ok_or_else(unloaded)?;
+        let adapter =
+            lora::read_adapter(config_json.as_deref(), safetensors.as_deref(), &s.header)?;
+        drop((config_json, safetensors));
+        match s.chat.model_mut().set_lora(adapter.as_ref()) {
+            Ok(()) => s.info.lora = adapter.as_ref().map(lora::info),
+            // Checked before anything changed: the model keeps its adapter.
+            Err(e @ EngineError::Config(_)) => return Err(lora::apply_error(e).into()),
+            Err(e) => {
+                s.info.lora = None;
+                return Err(lora::apply_error(e).into());
+            }
+        }
+        Ok(to_js(&s.info.lora)?)
     }
 
     /// Forgets the cached conversation.

@@ -17,7 +17,10 @@ pub struct WebError {
 
 impl WebError {
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 
     pub fn request(message: impl Into<String>) -> Self {
@@ -36,7 +39,15 @@ fn read_failed(e: &GgufError) -> bool {
 
 impl From<GgufError> for WebError {
     fn from(e: GgufError) -> Self {
-        let code = if read_failed(&e) { "read-failed" } else { "corrupt-model" };
+        if let GgufError::Adapter(_) = e {
+            // A LoRA adapter the page passed in, not the model file.
+            return crate::lora::adapter_error(e);
+        }
+        let code = if read_failed(&e) {
+            "read-failed"
+        } else {
+            "corrupt-model"
+        };
         Self::new(code, format!("the model file cannot be read: {e}"))
     }
 }
@@ -56,6 +67,7 @@ impl From<EngineError> for WebError {
             | EngineError::Config(_) => "corrupt-model",
             EngineError::ContextFull { .. } => "context-full",
             EngineError::Sampling(_) | EngineError::BadToken { .. } => "bad-request",
+            EngineError::Gguf(GgufError::Adapter(_)) => "bad-request",
             EngineError::Gguf(g) if read_failed(g) => "read-failed",
             EngineError::Gguf(_) => "corrupt-model",
             _ => "internal",
@@ -92,21 +104,57 @@ mod tests {
         assert_eq!(bad.code, "corrupt-model");
         assert!(bad.message.contains("not a GGUF file"), "{}", bad.message);
 
-        let io = GgufError::Io { path: "model".into(), source: std::io::Error::other("HTTP 500") };
-        let wrapped = GgufError::Context { what: "tensor \"x\"".into(), source: Box::new(io) };
-        assert_eq!(WebError::from(EngineError::Gguf(wrapped)).code, "read-failed");
-
-        let truncated = GgufError::Truncated { offset: 10, needed: 4, len: 12 };
-        assert_eq!(WebError::from(EngineError::Gguf(truncated)).code, "corrupt-model");
-        assert_eq!(WebError::from(EngineError::DeviceLost("Destroyed".into())).code, "device-lost");
-        assert_eq!(WebError::from(EngineError::OutOfMemory("x".into())).code, "out-of-memory");
+        let io = GgufError::Io {
+            path: "model".into(),
+            source: std::io::Error::other("HTTP 500"),
+        };
+        let wrapped = GgufError::Context {
+            what: "tensor \"x\"".into(),
+            source: Box::new(io),
+        };
         assert_eq!(
-            WebError::from(EngineError::NoAdapter { adapter: None, reason: "none".into() }).code,
+            WebError::from(EngineError::Gguf(wrapped)).code,
+            "read-failed"
+        );
+
+        let truncated = GgufError::Truncated {
+            offset: 10,
+            needed: 4,
+            len: 12,
+        };
+        assert_eq!(
+            WebError::from(EngineError::Gguf(truncated)).code,
+            "corrupt-model"
+        );
+        assert_eq!(
+            WebError::from(EngineError::DeviceLost("Destroyed".into())).code,
+            "device-lost"
+        );
+        assert_eq!(
+            WebError::from(EngineError::OutOfMemory("x".into())).code,
+            "out-of-memory"
+        );
+        assert_eq!(
+            WebError::from(EngineError::NoAdapter {
+                adapter: None,
+                reason: "none".into()
+            })
+            .code,
             "no-webgpu"
         );
         let lost = ModelError::Other(EngineError::DeviceLost("Unknown".into()).to_string());
         assert_eq!(WebError::from(lost).code, "device-lost");
-        let full = ModelError::ContextFull { needed: 9, capacity: 8 };
+        let full = ModelError::ContextFull {
+            needed: 9,
+            capacity: 8,
+        };
         assert_eq!(WebError::from(full).code, "context-full");
+
+        let adapter = WebError::from(GgufError::Adapter(
+            "DoRA (use_dora) is not supported".into(),
+        ));
+        assert_eq!(adapter.code, "bad-request");
+        let m = &adapter.message;
+        assert!(m.contains("LoRA adapter") && m.contains("DoRA"), "{m}");
     }
 }

@@ -19,7 +19,11 @@ extern "C" {
     fn size(this: &ModelReader) -> f64;
 
     #[wasm_bindgen(method, catch, js_name = readAt)]
-    fn read_at(this: &ModelReader, offset: f64, length: u32) -> std::result::Result<JsValue, JsValue>;
+    fn read_at(
+        this: &ModelReader,
+        offset: f64,
+        length: u32,
+    ) -> std::result::Result<JsValue, JsValue>;
 }
 
 pub struct JsByteSource {
@@ -39,7 +43,11 @@ unsafe impl Sync for JsByteSource {}
 impl JsByteSource {
     pub fn new(reader: ModelReader) -> Self {
         let len = reader.size() as u64;
-        Self { reader, len, missing: Cell::new(false) }
+        Self {
+            reader,
+            len,
+            missing: Cell::new(false),
+        }
     }
 
     /// Whether a read failed only because its bytes have not arrived yet.
@@ -61,11 +69,19 @@ impl ByteSource for JsByteSource {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let end = offset.checked_add(buf.len() as u64).filter(|&e| e <= self.len);
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.len);
         if end.is_none() {
-            return Err(GgufError::Truncated { offset, needed: buf.len() as u64, len: self.len });
+            return Err(GgufError::Truncated {
+                offset,
+                needed: buf.len() as u64,
+                len: self.len,
+            });
         }
-        let length = u32::try_from(buf.len()).map_err(|_| GgufError::TooLarge { bytes: buf.len() as u64 })?;
+        let length = u32::try_from(buf.len()).map_err(|_| GgufError::TooLarge {
+            bytes: buf.len() as u64,
+        })?;
         let value = self
             .reader
             .read_at(offset as f64, length)
@@ -78,7 +94,10 @@ impl ByteSource for JsByteSource {
             .dyn_into()
             .map_err(|_| self.failed(offset, "the reader did not return a Uint8Array".into()))?;
         if bytes.length() != length {
-            return Err(self.failed(offset, format!("short read: {} of {length} bytes", bytes.length())));
+            return Err(self.failed(
+                offset,
+                format!("short read: {} of {length} bytes", bytes.length()),
+            ));
         }
         bytes.copy_to(buf);
         Ok(())

@@ -5,25 +5,40 @@
  *   for await (const chunk of await engine.chat.completions.create({ messages, stream: true }))
  *     output += chunk.choices[0].delta.content ?? '';
  *
+ * A LoRA adapter (PEFT's format) goes on at load time (`createEngine({ model, lora })`) or later
+ * (`engine.setLora(lora)`, `engine.setLora(null)` to remove it).
+ *
  * The engine runs in a dedicated Web Worker (worker.ts); this module only passes messages.
  */
 import type { CachedModel } from './cache';
 import { LilypadError, errorData, toError } from './errors';
 import { opfsStore } from './opfs';
+import { type LoraAdapter, resolveLora } from './lora';
 import type {
-  FromWorker, GenerationResult, LoadOptions, ModelSource, Progress, ToWorker, WireChatRequest,
-  WireMessage, WireParams,
+  FromWorker, GenerationResult, LoadOptions, LoraInfo, LoraSource, ModelSource, Progress, ToWorker,
+  WireChatRequest, WireMessage, WireParams,
 } from './protocol';
 import { cacheKey } from './ranges';
 
 export { LilypadError } from './errors';
 export type { ErrorCode } from './errors';
 export type { CachedModel } from './cache';
-export type { GenerationResult, LoadOptions, Progress } from './protocol';
+export type { GenerationResult, LoadOptions, LoraInfo, Progress } from './protocol';
+export type { AdapterFile, LoraAdapter } from './lora';
+export { loraFromFiles } from './lora';
 
 export interface CreateEngineOptions extends LoadOptions {
   /** A URL (downloaded with Range requests and cached in OPFS), or a local File / Blob. */
   model: string | URL | File | Blob;
+  /**
+   * A LoRA adapter in PEFT's format, trained on this model's Hugging Face checkpoint, put on the
+   * model as it loads: the URL of its folder (`adapter_config.json` and
+   * `adapter_model.safetensors` are fetched under it), or `{ config, weights }`, each a URL or a
+   * local File / Blob (`loraFromFiles` finds them among picked files). Both files are read whole
+   * (adapters are small), before the model. An adapter that does not fit the model fails with
+   * code "bad-request"; a missing file with "not-found".
+   */
+  lora?: LoraAdapter;
   onProgress?: (p: Progress) => void;
   /** Cancels the download or upload; createEngine then rejects with code "aborted". */
   signal?: AbortSignal;
@@ -152,6 +167,8 @@ export interface EngineInfo {
     gpu_kv_cache_bytes: number;
     gpu_activation_bytes: number;
   };
+  /** The LoRA adapter in use, or null. */
+  lora: LoraInfo | null;
 }
 
 /** OpenAI's message shapes to the engine's: text parts joined, tool arguments parsed. */
@@ -300,8 +317,8 @@ export class Engine {
   }
 
   /** @internal */
-  async load(source: ModelSource, options: LoadOptions, onProgress?: (p: Progress) => void) {
-    this.loadedInfo = (await this.call({ type: 'load', source, options }, { onProgress })) as EngineInfo;
+  async load(source: ModelSource, options: LoadOptions, onProgress?: (p: Progress) => void, lora?: LoraSource) {
+    this.loadedInfo = (await this.call({ type: 'load', source, options, ...(lora && { lora }) }, { onProgress })) as EngineInfo;
     this.modelName = this.loadedInfo.model.name;
   }
 
@@ -383,6 +400,18 @@ export class Engine {
     return (await this.call({ type: 'info' })) as EngineInfo;
   }
 
+  /**
+   * Puts a LoRA adapter on the model in place of the one in use (same forms as
+   * `createEngine`'s `lora`), or removes it with `null`. Resolves to the adapter's info, or null
+   * once removed. The conversation kept between chat requests is forgotten. An adapter that does
+   * not fit the model rejects with code "bad-request" and leaves the model as it was; while a
+   * request is running it rejects with code "busy".
+   */
+  async setLora(lora: LoraAdapter | null): Promise<LoraInfo | null> {
+    const source = lora === null ? null : resolveLora(lora);
+    return (await this.call({ type: 'setLora', lora: source })) as LoraInfo | null;
+  }
+
   /** Forgets the conversation kept between chat requests. */
   async reset(): Promise<void> {
     await this.call({ type: 'reset' });
@@ -404,7 +433,8 @@ export async function createEngine(options: CreateEngineOptions): Promise<Engine
   if (!('gpu' in navigator)) {
     throw new LilypadError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing); use a recent Chrome, Edge or Safari');
   }
-  const { model, onProgress, signal, startWorker, ...load } = options;
+  const { model, lora, onProgress, signal, startWorker, ...load } = options;
+  const loraSource = lora == null ? undefined : resolveLora(lora);
   const source: ModelSource =
     typeof model === 'string' || model instanceof URL
       ? { kind: 'url', url: new URL(model, location.href).href }
@@ -415,7 +445,7 @@ export async function createEngine(options: CreateEngineOptions): Promise<Engine
   signal?.addEventListener('abort', abort);
   try {
     signal?.throwIfAborted();
-    await engine.load(source, load, onProgress);
+    await engine.load(source, load, onProgress, loraSource);
   } catch (e) {
     worker.terminate();
     throw e instanceof LilypadError ? e : toError(errorData(e));

@@ -3,6 +3,29 @@ import type { ErrorData } from './errors';
 
 export type ModelSource = { kind: 'url'; url: string } | { kind: 'blob'; blob: Blob; name: string };
 
+/** One file of a LoRA adapter: fetched by the worker, or read from a File / Blob. */
+export type AdapterFileSource = { kind: 'url'; url: string } | { kind: 'blob'; blob: Blob };
+
+/** A PEFT LoRA adapter's two files, resolved by index.ts (`resolveLora`). */
+export interface LoraSource {
+  /** `adapter_config.json` */
+  config: AdapterFileSource;
+  /** `adapter_model.safetensors` */
+  weights: AdapterFileSource;
+}
+
+/** The LoRA adapter in use, as `engine.info().lora` and `engine.setLora()` report it. */
+export interface LoraInfo {
+  rank: number;
+  alpha: number;
+  /** What B·A is multiplied by: alpha / rank, or alpha / √rank with rsLoRA. */
+  scale: number;
+  /** How many of the model's linear projections it adapts. */
+  linears: number;
+  /** `base_model_name_or_path` from adapter_config.json. */
+  base_model: string | null;
+}
+
 export interface LoadOptions {
   /** KV cache positions (default: the model's training context, at most 4096). */
   context?: number;
@@ -61,7 +84,8 @@ export interface GenerationResult {
 }
 
 export type ToWorker =
-  | { id: number; type: 'load'; source: ModelSource; options: LoadOptions }
+  | { id: number; type: 'load'; source: ModelSource; options: LoadOptions; lora?: LoraSource }
+  | { id: number; type: 'setLora'; lora: LoraSource | null }
   | { id: number; type: 'chat'; request: WireChatRequest }
   | { id: number; type: 'complete'; request: WirePromptRequest }
   | { id: number; type: 'info' | 'reset' | 'unload' }

@@ -2,12 +2,14 @@
  * The engine's dedicated worker: it owns the wasm module, the WebGPU device and the model, so
  * the page never blocks. Requests arrive one at a time from index.ts; text streams back as it
  * is decoded, and an `abort` message stops a download or a generation between two tokens.
+ * A LoRA adapter's two files are read whole here (they are small) and handed to the engine.
  */
 import init, { type Engine, inspectHeader, loadEngine } from '../wasm/lilypad_wasm.js';
 import { type SyncFile, fetchModel } from './cache';
 import { LilypadError, errorData } from './errors';
 import { opfsStore } from './opfs';
-import type { FromWorker, LoadOptions, ModelSource, Progress, ToWorker } from './protocol';
+import { readLoraFiles } from './lora';
+import type { FromWorker, LoadOptions, LoraSource, ModelSource, Progress, ToWorker } from './protocol';
 import { type ModelReader, blobReader, fileReader } from './readers';
 
 /**
@@ -35,20 +37,22 @@ async function requireWebGpu(): Promise<GPUAdapterInfo> {
   return adapter.info;
 }
 
-async function load(id: number, source: ModelSource, options: LoadOptions): Promise<unknown> {
+async function load(id: number, source: ModelSource, options: LoadOptions, lora?: LoraSource): Promise<unknown> {
   const started = performance.now();
   const progress = (p: Progress) => post({ id, type: 'progress', progress: p });
   await (ready ??= init());
   const adapter = (adapterInfo = await requireWebGpu());
   engine?.unload();
   engine = undefined;
+  download = new AbortController();
+  // Before the model: a missing adapter fails in a moment, not after a long download.
+  const loraFiles = lora && (await readLoraFiles(lora, { signal: download.signal }));
 
   let reader: ModelReader;
   let file: SyncFile | undefined;
   let fromCache = false;
   let name: string;
   if (source.kind === 'url') {
-    download = new AbortController();
     const got = await fetchModel({
       url: source.url,
       store: opfsStore,
@@ -80,6 +84,8 @@ async function load(id: number, source: ModelSource, options: LoadOptions): Prom
           bytesDone: p.bytes_done,
           bytesTotal: p.bytes_total,
         }),
+      loraFiles?.config,
+      loraFiles?.weights,
     );
   } finally {
     // The weights are on the GPU now; release the file so the page may delete it.
@@ -98,6 +104,14 @@ function info(adapter?: GPUAdapterInfo) {
   return i;
 }
 
+/** Puts the adapter on the loaded model, or removes it (null); returns its info. */
+async function setLora(lora: LoraSource | null): Promise<unknown> {
+  const model = loaded();
+  download = new AbortController();
+  const files = lora && (await readLoraFiles(lora, { signal: download.signal }));
+  return model.setLora(files?.config ?? null, files?.weights ?? null);
+}
+
 function loaded(): Engine {
   if (!engine) throw new LilypadError('unloaded', 'no model is loaded');
   return engine;
@@ -112,7 +126,9 @@ async function handle(m: Exclude<ToWorker, { type: 'abort' }>): Promise<unknown>
   aborted = false;
   switch (m.type) {
     case 'load':
-      return load(m.id, m.source, m.options);
+      return load(m.id, m.source, m.options, m.lora);
+    case 'setLora':
+      return setLora(m.lora);
     case 'chat':
       return loaded().chat(m.request, streamText(m.id));
     case 'complete':

@@ -1,11 +1,11 @@
 /**
- * The playground: choose a model (preset, URL, local file or cached), watch it load, chat
- * with streaming output and see prefill/decode speed. The page's state is mirrored in
+ * The playground: choose a model (preset, URL, local file or cached) and optionally a LoRA
+ * adapter, watch it load, chat with streaming output and see prefill/decode speed. The page's state is mirrored in
  * `body[data-state]` and data attributes, which the end-to-end test reads.
  */
 import {
-  type ChatMessage, type Engine, type Progress, LilypadError, createEngine, deleteCachedModel,
-  listCachedModels,
+  type ChatMessage, type Engine, type LoraAdapter, type LoraInfo, type Progress, LilypadError, createEngine,
+  deleteCachedModel, listCachedModels, loraFromFiles,
 } from '../lib/index';
 import { PRESETS } from './presets';
 
@@ -16,6 +16,10 @@ const ui = {
   urlRow: $('url-row'),
   url: $<HTMLInputElement>('model-url'),
   file: $<HTMLInputElement>('model-file'),
+  loraUrl: $<HTMLInputElement>('lora-url'),
+  loraFiles: $<HTMLInputElement>('lora-files'),
+  loraApply: $<HTMLButtonElement>('lora-apply'),
+  loraRemove: $<HTMLButtonElement>('lora-remove'),
   load: $<HTMLButtonElement>('load'),
   cancelLoad: $<HTMLButtonElement>('cancel-load'),
   progress: $<HTMLProgressElement>('load-progress'),
@@ -59,6 +63,8 @@ function setState(state: State) {
   ui.input.disabled = !engine || busy;
   ui.send.disabled = !engine || busy;
   ui.stop.disabled = state !== 'generating';
+  ui.loraApply.disabled = !engine || busy;
+  ui.loraRemove.disabled = !engine || busy;
 }
 
 function showError(e: unknown) {
@@ -113,9 +119,23 @@ function chosenSource(): string | File | undefined {
   return preset?.url || ui.url.value.trim() || undefined;
 }
 
+/** The adapter in the LoRA fields: its two picked files, or its folder's URL. */
+function chosenLora(): LoraAdapter | undefined {
+  const files = ui.loraFiles.files;
+  if (files?.length) return loraFromFiles(files);
+  return ui.loraUrl.value.trim() || undefined;
+}
+
 async function load(source: string | File | undefined = chosenSource()) {
   if (!source) {
     showError(new LilypadError('bad-request', 'choose a preset, enter a URL or pick a file'));
+    return;
+  }
+  let lora: LoraAdapter | undefined;
+  try {
+    lora = chosenLora();
+  } catch (e) {
+    showError(e);
     return;
   }
   lastSource = source;
@@ -130,7 +150,7 @@ async function load(source: string | File | undefined = chosenSource()) {
   const started = performance.now();
   try {
     loading = new AbortController();
-    engine = await createEngine({ model: source, onProgress, signal: loading.signal, maxChunkBytes });
+    engine = await createEngine({ model: source, lora, onProgress, signal: loading.signal, maxChunkBytes });
     document.body.dataset.loadMs = String(Math.round(performance.now() - started));
     await showInfo(engine);
     clearConversation();
@@ -147,8 +167,34 @@ async function load(source: string | File | undefined = chosenSource()) {
   }
 }
 
+/** Puts the adapter in the LoRA fields on the loaded model (null: removes it). */
+async function setLora(remove: boolean) {
+  if (!engine) return;
+  ui.error.hidden = true;
+  setState('loading');
+  ui.status.textContent = remove ? 'Removing the LoRA adapter…' : 'Applying the LoRA adapter…';
+  try {
+    const lora = remove ? null : chosenLora();
+    if (lora === undefined) throw new LilypadError('bad-request', "enter the adapter folder's URL or pick its two files");
+    await engine.setLora(lora);
+    ui.status.textContent = remove ? 'LoRA adapter removed.' : 'LoRA adapter applied.';
+  } catch (e) {
+    ui.status.textContent = '';
+    showError(e);
+  }
+  // Applied or not, the engine forgot the conversation; it still runs (a bad adapter changes nothing).
+  clearConversation();
+  await showInfo(engine).catch(showError);
+  setState('ready');
+}
+
+function describeLora(l: LoraInfo | null): string {
+  if (!l) return 'none';
+  return `rank ${l.rank}, alpha ${l.alpha} (scale ${+l.scale.toFixed(4)}), ${l.linears} linears${l.base_model ? `, trained on ${l.base_model}` : ''}`;
+}
+
 async function showInfo(e: Engine) {
-  const { adapter, model } = await e.info();
+  const { adapter, model, lora } = await e.info();
   const rows: Array<[string, string]> = [
     ['Adapter', `${adapter.name} (${adapter.backend}, ${adapter.device_type}${adapter.driver ? `, ${adapter.driver}` : ''})`],
     ['Features', adapter.features.join(', ') || 'none'],
@@ -156,11 +202,13 @@ async function showInfo(e: Engine) {
     ['Model', `${model.name}: ${model.architecture}, ${model.layers} layers, ${(model.parameters / 1e6).toFixed(0)}M parameters`],
     ['Context', `${model.context} tokens`],
     ['GPU memory', `${mib(model.gpu_weights_bytes)} weights, ${mib(model.gpu_kv_cache_bytes)} KV cache, ${mib(model.gpu_activation_bytes)} activations`],
+    ['LoRA adapter', describeLora(lora)],
   ];
   ui.info.replaceChildren(
     ...rows.flatMap(([k, v]) => [Object.assign(document.createElement('dt'), { textContent: k }), Object.assign(document.createElement('dd'), { textContent: v })]),
   );
   ui.info.dataset.adapter = adapter.name;
+  ui.info.dataset.lora = JSON.stringify(lora);
 }
 
 async function refreshCached() {
@@ -302,7 +350,9 @@ ui.file.onchange = () => {
   if (ui.file.files?.length) ui.preset.value = 'custom';
 };
 ui.load.onclick = () => void load();
-ui.cancelLoad.onclick = () => loading?.abort();
+ui.cancelLoad.onclick = () => (loading ? loading.abort() : engine?.abort());
+ui.loraApply.onclick = () => void setLora(false);
+ui.loraRemove.onclick = () => void setLora(true);
 ui.retry.onclick = () => void load(lastSource);
 ui.clear.onclick = clearConversation;
 ui.stop.onclick = () => engine?.abort();

@@ -8,6 +8,7 @@
  * opts into a real terminal, where each command needs the user's approval (terminal.ts).
  */
 import * as fs from 'node:fs';
+import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { NativeAgent } from './native';
 import { AgentTerminal } from './terminal';
@@ -107,6 +108,7 @@ function viewSettings(): ViewSettings {
   const config = vscode.workspace.getConfiguration('lilypad');
   return {
     model: (config.get<string>('model') ?? '').trim(),
+    lora: (config.get<string>('lora') ?? '').trim(),
     maxSteps: config.get<number>('maxSteps') ?? 30,
     thinking: config.get<boolean>('thinking') ?? true,
     temperature: config.get<number>('temperature') ?? 0.6,
@@ -259,6 +261,9 @@ class AgentView implements vscode.WebviewViewProvider {
       case 'readModel':
         await this.sendModelFile(m.path);
         break;
+      case 'readLora':
+        await this.sendLoraFiles(m.path);
+        break;
       case 'command': {
         const accept = async () => this.afterApply(await this.pending.accept(this.pending.paths()));
         try {
@@ -293,6 +298,32 @@ class AgentView implements vscode.WebviewViewProvider {
       if (done !== size) throw new Error(`${path}: read ${done} of ${size} bytes`);
     } catch (e) {
       this.post({ type: 'modelError', path, message: String((e as Error).message ?? e) });
+    }
+  }
+
+  /**
+   * The LoRA adapter folder the lilypad.lora setting names, sent to the view: its
+   * adapter_config.json and adapter_model.safetensors, whole (adapters are small), and no other
+   * file.
+   */
+  private async sendLoraFiles(folder: string) {
+    const configured = viewSettings().lora;
+    const dir = modelFile(configured);
+    try {
+      if (!dir || configured !== folder) throw new Error(`${folder} is not the adapter folder in the lilypad.lora setting`);
+      const read = async (name: string) => {
+        const file = path.join(dir.fsPath, name);
+        try {
+          return new Uint8Array(await fs.promises.readFile(file));
+        } catch (e) {
+          const missing = (e as NodeJS.ErrnoException).code === 'ENOENT';
+          throw new Error(missing ? `${folder} has no ${name} (a PEFT LoRA adapter folder has adapter_config.json and adapter_model.safetensors)` : `${file}: ${(e as Error).message}`);
+        }
+      };
+      const [config, weights] = await Promise.all([read('adapter_config.json'), read('adapter_model.safetensors')]);
+      await this.view?.webview.postMessage({ type: 'loraFiles', path: folder, config, weights } satisfies ToView);
+    } catch (e) {
+      this.post({ type: 'loraError', path: folder, message: String((e as Error).message ?? e) });
     }
   }
 

@@ -46,6 +46,12 @@ export class NativeAgent {
     const config = vscode.workspace.getConfiguration('lilypad');
     const model = config.get<string>('model') ?? '';
     if (!model) throw new Error('choose a model first (lilypad: Choose model)');
+    const lora = (config.get<string>('lora') ?? '').trim();
+    if (lora && !model.startsWith('scripted:')) {
+      // `lilypad agent-stdio` takes no adapter yet: say so rather than pass it over silently.
+      this.output.appendLine(`lilypad.lora (${lora}) is not used by the native agent: it runs the base model`);
+      void vscode.window.showWarningMessage('lilypad: the native agent runs the base model; the LoRA adapter (lilypad.lora) is used in the view only.');
+    }
     const request = {
       type: 'solve',
       task,

@@ -1,7 +1,10 @@
 /** Messages between the extension host and the webview (JSON-clonable, and byte arrays). */
 import type { CommandResult } from './terminal';
 
-/** Whether a model setting names a file on this machine (an absolute or `file:` path), not a URL. */
+/**
+ * Whether a model setting names a file on this machine (an absolute or `file:` path), not a URL.
+ * The same rule tells a LoRA folder on this machine from a folder URL (`lilypad.lora`).
+ */
 export function isModelFile(model: string): boolean {
   return model.startsWith('/') || /^[A-Za-z]:[\\/]/.test(model) || model.startsWith('file:');
 }
@@ -32,6 +35,8 @@ export type ToView =
   | { type: 'commandResult'; id: number; result?: CommandResult; refused?: string }
   | { type: 'modelChunk'; path: string; data: Uint8Array; done: number; size: number }
   | { type: 'modelError'; path: string; message: string }
+  | { type: 'loraFiles'; path: string; config: Uint8Array; weights: Uint8Array }
+  | { type: 'loraError'; path: string; message: string }
   | { type: 'listModels' }
   | { type: 'deleteModel'; url: string };
 
@@ -44,6 +49,7 @@ export type FromView =
   | { type: 'save'; name: string; data: string | number[] }
   | { type: 'native'; task: string }
   | { type: 'readModel'; path: string }
+  | { type: 'readLora'; path: string }
   | { type: 'command'; id: number; command: string; timeoutMs: number }
   | { type: 'models'; models: Array<{ url: string; bytes: number; complete: boolean; updated: number }> }
   | { type: 'deleted'; url: string };
@@ -52,6 +58,8 @@ export type FromView =
 export interface ViewSettings {
   /** As configured: a URL, a file path or `scripted:…`. */
   model: string;
+  /** As configured: a PEFT LoRA adapter's folder, a URL or a path on this machine; '' for none. */
+  lora: string;
   maxSteps: number;
   thinking: boolean;
   temperature: number;

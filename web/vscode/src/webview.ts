@@ -3,7 +3,9 @@
  * folder (sent by the extension host), the agent's edits stay in the panel's in-memory workspace
  * and are mirrored to the host as pending changes, which the user accepts or discards there.
  */
-import { type ChatMessage, type Engine, createEngine, deleteCachedModel, listCachedModels } from '../../src/lib/index';
+import {
+  type ChatMessage, type Engine, type LoraAdapter, createEngine, deleteCachedModel, listCachedModels,
+} from '../../src/lib/index';
 import { engineModel, progressText, scriptedModelFromJson } from '../../src/agent/models';
 import { AgentPanel } from '../../src/agent/panel';
 import { AgentSession } from '../../src/agent/session';
@@ -23,36 +25,54 @@ let settings = window.lilypadSettings;
 const post = (m: FromView) => vscode.postMessage(m);
 
 
-let loaded: { model: string; engine: Engine } | undefined;
+/** `lora`: the lilypad.lora setting the engine's adapter came from ('' for none). */
+let loaded: { model: string; lora: string; engine: Engine } | undefined;
 let loading: { model: string; engine: Promise<Engine> } | undefined;
 /**
  * The engine for `model` (a URL, or the path of a file on this machine), loaded once and shared by
- * the agent and the chat. URLs are downloaded into the view's cache, which outlives VS Code
- * restarts; a file is read from the extension host each time it is loaded.
+ * the agent and the chat, with the LoRA adapter of the lilypad.lora setting. URLs are downloaded
+ * into the view's cache, which outlives VS Code restarts; a file is read from the extension host
+ * each time it is loaded. A changed adapter setting swaps the adapter on the loaded model.
  */
 function engineFor(model: string, onStatus: (t: string) => void): Promise<Engine> {
-  if (loaded?.model === model) return Promise.resolve(loaded.engine);
+  if (loaded?.model === model && loaded.lora === settings.lora.trim()) return Promise.resolve(loaded.engine);
   if (loading?.model === model) return loading.engine;
+  const current = loaded;
   const load = (async () => {
+    const lora = settings.lora.trim();
+    if (current?.model === model) {
+      if (current.lora !== lora) {
+        onStatus(lora ? `Applying the LoRA adapter ${lora}` : 'Removing the LoRA adapter');
+        await current.engine.setLora(await loraFor(lora, onStatus));
+        current.lora = lora;
+        document.body.dataset.lora = lora;
+        onStatus(lora ? `LoRA adapter ${lora} applied` : 'LoRA adapter removed');
+      }
+      return current.engine;
+    }
     await loaded?.engine.unload();
     loaded = undefined;
     document.body.dataset.model = 'loading';
+    const adapter = await loraFor(lora, onStatus);
     const source = isModelFile(model) ? await readModelFile(model, onStatus) : model;
     await prepareWorker();
     const engine = await createEngine({
       model: source,
+      ...(adapter && { lora: adapter }),
       startWorker,
       onProgress: (p) => {
         if (p.phase === 'ready') document.body.dataset.modelFromCache = String(p.fromCache);
         onStatus(progressText(p));
       },
     });
-    loaded = { model, engine };
+    loaded = { model, lora, engine };
     document.body.dataset.model = 'ready';
+    document.body.dataset.lora = lora;
     return engine;
   })();
   loading = { model, engine: load };
-  load.catch(() => (document.body.dataset.model = 'error')).finally(() => {
+  // A failed adapter swap leaves the loaded model usable.
+  load.catch(() => !loaded && (document.body.dataset.model = 'error')).finally(() => {
     if (loading?.engine === load) loading = undefined;
   });
   return load;
@@ -81,6 +101,21 @@ function onModelChunk(m: Extract<ToView, { type: 'modelChunk' }>) {
     fileRead.resolve(new Blob(fileRead.parts as BlobPart[]));
     fileRead = undefined;
   }
+}
+/**
+ * The adapter for the lilypad.lora setting: a URL as it is (the engine's worker fetches its two
+ * files), a folder on this machine as its two files, read by the extension host.
+ */
+let loraRead: { path: string; resolve: (files: { config: Blob; weights: Blob }) => void; reject: (e: Error) => void } | undefined;
+function loraFor(lora: string, onStatus: (t: string) => void): Promise<LoraAdapter | null> {
+  if (!lora) return Promise.resolve(null);
+  if (!isModelFile(lora)) return Promise.resolve(lora);
+  loraRead?.reject(new Error('another LoRA adapter was chosen'));
+  return new Promise((resolve, reject) => {
+    loraRead = { path: lora, resolve, reject };
+    onStatus(`Reading the LoRA adapter ${lora}`);
+    post({ type: 'readLora', path: lora });
+  });
 }
 const modelStatus = (text: string) => (q('.agent-model-status').textContent = text);
 
@@ -170,6 +205,7 @@ function applySettings(s: ViewSettings) {
   q<HTMLInputElement>('.agent-thinking').checked = s.thinking;
   if (q<HTMLSelectElement>('.agent-model').value === 'engine') q<HTMLTextAreaElement>('.agent-model-input').value = s.model;
   document.body.dataset.terminal = String(s.terminal);
+  document.body.dataset.loraSetting = s.lora;
 }
 applySettings(settings);
 // The project is the open folder: the panel's pickers are not needed here.
@@ -232,12 +268,26 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
     case 'settings':
       settings = m.settings;
       applySettings(m.settings);
+      // A new adapter goes on the loaded model now, not at the next question.
+      if (loaded && loaded.lora !== settings.lora.trim()) {
+        void engineFor(loaded.model, modelStatus).catch((e) => modelStatus(String((e as Error).message ?? e)));
+      }
       break;
     case 'chat':
       chat.open(m.text);
       break;
     case 'modelChunk':
       onModelChunk(m);
+      break;
+    case 'loraFiles':
+      if (loraRead?.path !== m.path) break;
+      loraRead.resolve({ config: new Blob([m.config as BlobPart]), weights: new Blob([m.weights as BlobPart]) });
+      loraRead = undefined;
+      break;
+    case 'loraError':
+      if (loraRead?.path !== m.path) break;
+      loraRead.reject(new Error(m.message));
+      loraRead = undefined;
       break;
     case 'modelError':
       if (fileRead?.path === m.path) fileRead.reject(new Error(m.message));

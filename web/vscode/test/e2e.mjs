@@ -14,6 +14,10 @@
 //    "lilypad: Solve a task" runs a few agent steps in the view's WebGPU engine and the trajectory
 //    appears there. code-server is restarted: the view loads the model from its cache (the server
 //    sees no model bytes) and gives the same greedy answer; so does the model as a file on disk.
+//    A LoRA adapter (the lilypad.lora setting, a folder on disk): the tiny llama of
+//    tests/fixtures/lora as a file, asked without its adapter, with it (the setting reaches the
+//    view, the host sends the folder's two files and the adapter goes on the loaded model) and
+//    after it is removed again; the adapter changes the greedy answer and removing it restores it.
 // 4. The native path: a window whose pages have no navigator.gpu; the view says so, "lilypad:
 //    Solve a task" runs `lilypad agent-stdio` with scripted replies, the fix is pending with the
 //    disk untouched, and accepting it from the view makes the tests pass.
@@ -34,6 +38,7 @@ import { launchBrowser } from '../../test/browser.mjs';
 
 const here = import.meta.dirname;
 const examples = resolve(here, '../../../examples');
+const loraFixture = resolve(here, '../../../tests/fixtures/lora/llama-tiny');
 const VSIX = resolve(here, '../lilypad.vsix');
 const CODE_SERVER = process.env.CODE_SERVER ?? 'code-server';
 const cache = process.env.LILYPAD_CACHE ?? join(homedir(), '.cache/lilypad');
@@ -391,6 +396,24 @@ try {
     assert.equal(fromFile, fromUrl);
     assert.equal(modelBytesSent(), 0, 'the file was read from disk, not from the server');
     assert.equal(await again.evaluate(() => document.body.dataset.modelFromCache), 'false');
+
+    step('a LoRA adapter (lilypad.lora): the tiny llama from disk, without, with and without its adapter');
+    const tiny = join(loraFixture, 'model/model.gguf');
+    const adapterDir = join(loraFixture, 'adapter');
+    await changeSetting('lilypad.model', tiny, again, (m) => document.querySelector('.agent-model-input').value === m);
+    await again.click('.chat-clear');
+    const tinyBase = await ask(again, question);
+    const loraSet = async (value) => {
+      await changeSetting('lilypad.lora', value, again, (d) => document.body.dataset.loraSetting === d);
+      // The view puts the new adapter on the loaded model right away.
+      await again.waitForFunction((d) => document.body.dataset.lora === d, value, { timeout: 60_000 });
+      await again.click('.chat-clear');
+      return ask(again, question);
+    };
+    const tinyLora = await loraSet(adapterDir);
+    console.log(`  without: ${JSON.stringify(tinyBase.slice(0, 60))}…; with: ${JSON.stringify(tinyLora.slice(0, 60))}…; ${await again.textContent('.agent-model-status')}`);
+    assert.notEqual(tinyLora, tinyBase, 'the adapter changes the greedy answer');
+    assert.equal(await loraSet(''), tinyBase, 'removing the adapter restores the base model');
     // The native part replays scripted replies.
     await changeSetting('lilypad.model', `scripted:${nativeReplies}`, again, (m) => document.querySelector('.agent-model-input').value === m);
   } else {
