@@ -6,6 +6,8 @@
 // no score buffer is needed and the context length is bounded only by the cache.
 // Macros: WG (chunk size and threads), MAX_D = ceil(head_dim / WG) accumulators per thread;
 // or PER_THREAD (CPU adapters, below) with HD4 = head_dim / 4 and optionally SUBGROUPS.
+// SAVE_LSE: lse[t, head] = log Σ exp(scaled scores), the softmax statistics a backward pass
+// recomputes the probabilities from.
 
 #include "common/step.wgsl"
 
@@ -29,6 +31,9 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<uniform> step: Step;
+#if SAVE_LSE
+@group(0) @binding(6) var<storage, read_write> lse: array<f32>;
+#endif
 
 const NEG_BIG: f32 = -3.0e38;
 const LANES = 8u;
@@ -152,6 +157,9 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
         for (var i = 0u; i < HD4; i++) {
             out[q_base + i] = acc[i] / l;
         }
+#if SAVE_LSE
+        lse[t * p.n_head + head] = m + log(l);
+#endif
     }
 }
 #else
@@ -161,6 +169,9 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<uniform> step: Step;
+#if SAVE_LSE
+@group(0) @binding(6) var<storage, read_write> lse: array<f32>;
+#endif
 
 const NEG_BIG: f32 = -3.0e38;
 
@@ -239,6 +250,11 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                 out[q_base + d] = acc[i] / l;
             }
         }
+#if SAVE_LSE
+        if tid == 0u {
+            lse[t * p.n_head + head] = m + log(l);
+        }
+#endif
     }
 }
 #endif

@@ -20,7 +20,9 @@
 //   prep computes U, W and the intra-chunk matrix per (head, chunk), all chunks in parallel, into
 //   `scratch`; scan walks the chunks in order per (head, column block) with S in workgroup
 //   memory. CHUNK is 32, not 64, to keep each workgroup within WebGPU's 16 KiB default.
-// Macros: COLS, SPLIT (threads per column), MAX_R = ceil(d_k / SPLIT), CHUNK.
+//   SAVE_STATES: the scan also writes each chunk's incoming state S₀ to
+//   states[chunk, head, d_k, d_v], what a backward pass restarts each chunk from.
+// Macros: COLS, SPLIT (threads per column), MAX_R = ceil(d_k / SPLIT), CHUNK, SAVE_STATES.
 
 #include "common/step.wgsl"
 
@@ -45,6 +47,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> scratch: array<f32>;
 @group(0) @binding(8) var<uniform> p: Params;
 @group(0) @binding(9) var<uniform> step: Step;
+#if SAVE_STATES
+@group(0) @binding(10) var<storage, read_write> states: array<f32>;
+#endif
 
 const WG = COLS * SPLIT;
 const MAX_DK = MAX_R * SPLIT;
@@ -356,6 +361,13 @@ fn delta_chunk_scan(@builtin(workgroup_id) wid: vec3<u32>,
         let t0 = c * CHUNK;
         let n = min(CHUNK, step.n_tokens - t0);
         let base = chunk_base(c, l.s);
+#if SAVE_STATES
+        if l.live {
+            for (var k = l.part; k < p.d_k; k += SPLIT) {
+                states[((c * p.n_v + l.s) * p.d_k + k) * p.d_v + l.col] = s_sh[k * COLS + l.cl];
+            }
+        }
+#endif
         // Δ_i = U_i − W_i S, and the incoming state's share of o_i, rows part + SPLIT·r.
         var o: array<f32, CHUNK / SPLIT>;
         for (var r = 0u; r < CHUNK / SPLIT; r++) {

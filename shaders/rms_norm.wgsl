@@ -2,7 +2,8 @@
 // Rows are (token, group): group > 1 normalises each head separately (per-head QK norm).
 // y_pos_rows = 1: y is a KV cache and token t writes its cache row (Qwen3's K norm lands in it).
 // GATED: y[r] *= silu(z[r]) (Qwen3.5's DeltaNet output norm, per value head).
-// Macros: WG, GATED.
+// SAVE_RSTD: rstd[r] = 1 / sqrt(mean(x[r]^2) + eps), per (token, group) row, for a backward pass.
+// Macros: WG, GATED, SAVE_RSTD.
 
 #include "common/step.wgsl"
 
@@ -20,6 +21,9 @@ struct Params {
 @group(0) @binding(4) var<uniform> step: Step;
 #if GATED
 @group(0) @binding(5) var<storage, read> z: array<f32>;
+#endif
+#if SAVE_RSTD
+@group(0) @binding(6) var<storage, read_write> rstd: array<f32>;
 #endif
 
 var<workgroup> partial: array<f32, WG>;
@@ -46,6 +50,11 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     }
     workgroupBarrier();
     let scale = inverseSqrt(partial[0] / f32(p.n) + p.eps);
+#if SAVE_RSTD
+    if live && tid == 0u {
+        rstd[wid.y * p.groups + wid.x] = scale;
+    }
+#endif
     if live {
         for (var i = tid; i < p.n; i += WG) {
 #if GATED

@@ -50,6 +50,11 @@ enum Command {
         /// Context length to plan memory for (default: the model's, at most 4096).
         #[arg(long)]
         context: Option<u32>,
+        /// Also plan a training forward pass over sequences of these lengths: the memory of
+        /// keeping every layer's activations, and of keeping only layer inputs and
+        /// recomputing (checkpointing).
+        #[arg(long, value_delimiter = ',')]
+        train_tokens: Vec<u32>,
     },
     /// Generate text from a prompt, streaming tokens.
     Generate {
@@ -197,7 +202,8 @@ fn run(cli: Cli) -> Result<()> {
             quantize,
             tensors,
             context,
-        } => inspect(&model, quantize, tensors, context),
+            train_tokens,
+        } => inspect(&model, quantize, tensors, context, &train_tokens),
         Command::Generate {
             model,
             prompt,
@@ -334,7 +340,37 @@ fn open_tokenizer(path: &std::path::Path, file: &GgufFile) -> Result<TextTokeniz
     }
 }
 
-fn inspect(spec: &str, quantize: Quantize, list: bool, context: Option<u32>) -> Result<()> {
+/// Per sequence length, the activation memory of a training forward pass both ways, and
+/// the total with the weights and that context's KV cache and recurrent state.
+fn print_training_plans(file: &GgufFile, cfg: &ModelConfig, lengths: &[u32]) {
+    use lilypad_engine::ActivationPlan;
+    use lilypad_engine::error::human_bytes;
+    // A trainer loads the model with the longest steps the engine takes.
+    let step = lilypad_engine::ops::MAX_STEP_TOKENS as u32;
+    for &tokens in lengths {
+        let plan = ActivationPlan::new(&cfg.activation_shape(), tokens, step);
+        // The model itself at this context: weights, KV cache, recurrent state, inference
+        // activations and the logits of a step.
+        let fixed = cfg.memory_plan(file, tokens, step, false).total();
+        println!(
+            "training {tokens} tokens (steps of {}): activations kept {} / checkpointed {}; \
+             with the model at this context {} / {}",
+            plan.step_tokens,
+            human_bytes(plan.keep),
+            human_bytes(plan.checkpoint),
+            human_bytes(fixed + plan.keep),
+            human_bytes(fixed + plan.checkpoint),
+        );
+    }
+}
+
+fn inspect(
+    spec: &str,
+    quantize: Quantize,
+    list: bool,
+    context: Option<u32>,
+    train_tokens: &[u32],
+) -> Result<()> {
     let (path, _src, file) = open_file(spec, None, quantize, false)?;
     let md = &file.metadata;
     println!(
@@ -383,6 +419,7 @@ fn inspect(spec: &str, quantize: Quantize, list: bool, context: Option<u32>) -> 
                 },
                 Err(e) => println!("fits:         unknown (no GPU adapter: {e})"),
             }
+            print_training_plans(&file, &cfg, train_tokens);
         }
         Err(e) => println!("runnable:     no: {e}"),
     }

@@ -7,13 +7,17 @@ use std::sync::Arc;
 use lilypad_gguf::peft::{LoraAdapter, LoraTensor};
 use lilypad_gguf::{ByteSource, GgufFile};
 
+use crate::activations::{ActivationMode, ActivationStore};
 use crate::error::{EngineError, Result, human_bytes};
 use crate::gpu::GpuContext;
+use crate::graph::GraphIo;
 use crate::kernels::Dispatch;
-use crate::models::blocks::{GraphIo, Loader, check_tensors};
+use crate::models::blocks::{Loader, check_tensors};
+use crate::models::record_forward;
 use crate::models::{Forward, ModelConfig};
 use crate::ops::{self, Step, matvec::PREFILL_TILE, sample::Sampler};
 use crate::state::{SequenceState, StateBuffer};
+use crate::tensor::Tensor;
 use crate::{Rng, SamplingParams};
 
 /// What a model will occupy on the GPU.
@@ -139,8 +143,8 @@ pub struct LoadProgress {
 }
 
 /// Buffers the runtime feeds and reads around an architecture's graph.
-struct Io {
-    ids: wgpu::Buffer,
+pub(crate) struct Io {
+    pub(crate) ids: wgpu::Buffer,
     /// The tokens sampled in a batched step, one u32 per sequence.
     sampled: wgpu::Buffer,
     /// Per token of a step, the token whose log-probability is wanted, and that value.
@@ -148,7 +152,7 @@ struct Io {
     log_probs: wgpu::Buffer,
     x_last: wgpu::Buffer,
     logits: wgpu::Buffer,
-    step: wgpu::Buffer,
+    pub(crate) step: wgpu::Buffer,
     step_one: wgpu::Buffer,
 }
 
@@ -159,12 +163,12 @@ pub struct Model {
     pub context: u32,
     pub max_batch: u32,
     pub plan: MemoryPlan,
-    io: Io,
+    pub(crate) io: Io,
     /// Per sequence slot, the tokens whose state is in the model's buffers, in order. Slot 0
     /// is the sequence of the single-sequence API (`eval`, `next_token`, `snapshot`, …).
-    seqs: Vec<Vec<u32>>,
+    pub(crate) seqs: Vec<Vec<u32>>,
     /// Per layer, the buffers holding the sequence state.
-    state: Vec<Vec<StateBuffer>>,
+    pub(crate) state: Vec<Vec<StateBuffer>>,
     /// Whether the state can go back to an earlier position: true when it is all caches
     /// indexed by position, false with fixed-size recurrent state.
     rewindable: bool,
@@ -178,9 +182,11 @@ pub struct Model {
     gather_log_probs: Dispatch,
     /// One per sequence slot (each samples its own logits row).
     samplers: Vec<Sampler>,
-    arch: Box<dyn Forward>,
+    pub(crate) arch: Box<dyn Forward>,
+    /// The inference graphs' activations, shared by every layer.
+    store: ActivationStore,
     /// [max_batch, rank] for the LoRA adapters' A·x, sized for the largest padded rank set.
-    lora_scratch: Option<wgpu::Buffer>,
+    pub(crate) lora_scratch: Option<Tensor>,
     /// Where `fork` passes a state buffer's rows through (a buffer cannot be copied onto
     /// itself); grown on demand.
     fork_staging: Option<wgpu::Buffer>,
@@ -226,7 +232,13 @@ impl Model {
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let loader = Loader::new(&ctx, file, src, opts.max_chunk_bytes, total_bytes, progress)
             .with_sequences(sequences);
-        let arch = cfg.load(&loader, context, max_batch, opts.mtp)?;
+        let arch = cfg.load(&loader, context, opts.mtp)?;
+        let store = ActivationStore::new(
+            &ctx,
+            &cfg.activation_shape(),
+            max_batch,
+            ActivationMode::Shared,
+        )?;
         let io = Io {
             ids: loader.f32s("token ids", max_batch as u64)?,
             sampled: loader.f32s("sampled tokens", max_batch as u64)?,
@@ -239,7 +251,7 @@ impl Model {
         };
         ops::write_step(&ctx, &io.step_one, Step::new(1, 0));
         let [decode_graph, prefill_graph, batch_graph] =
-            record_graphs(&ctx, arch.as_ref(), &io, None, sequences)?;
+            record_graphs(&ctx, arch.as_ref(), &io, &store, None, sequences)?;
         let head = arch.lm_head();
         let head_last = ops::matvec::matvec(
             &ctx,
@@ -255,7 +267,7 @@ impl Model {
         let head_all = ops::matvec::matvec(
             &ctx,
             head,
-            arch.hidden(),
+            &store.hidden.buffer,
             &io.logits,
             cfg.vocab(),
             &io.step,
@@ -300,6 +312,7 @@ impl Model {
             gather_log_probs,
             samplers,
             arch,
+            store,
             lora_scratch: None,
             fork_staging: None,
         })
@@ -538,13 +551,15 @@ impl Model {
             }
             max_rank = max_rank.max(linear.lora_rank().unwrap_or(0));
         }
-        let needed = self.max_batch as u64 * max_rank as u64 * 4;
-        let scratch_size = self.lora_scratch.as_ref().map_or(0, |b| b.size());
-        if needed > scratch_size {
-            self.lora_scratch =
-                Some(ctx.storage_buffer("lora scratch", needed, wgpu::BufferUsages::empty())?);
+        let scratch_rank = self.lora_scratch.as_ref().map_or(0, |t| t.cols());
+        if max_rank > scratch_rank {
+            self.lora_scratch = Some(Tensor::zeros(
+                &ctx,
+                "lora scratch",
+                [self.max_batch, max_rank],
+            )?);
             rerecord = true;
-        } else if needed == 0 && self.lora_scratch.take().is_some() {
+        } else if max_rank == 0 && self.lora_scratch.take().is_some() {
             rerecord = true;
         }
         if rerecord {
@@ -552,6 +567,7 @@ impl Model {
                 &ctx,
                 self.arch.as_ref(),
                 &self.io,
+                &self.store,
                 self.lora_scratch.as_ref(),
                 self.seqs.len() as u32,
             )?;
@@ -686,7 +702,7 @@ impl Model {
         if want == Logits::Last {
             let row = self.config.n_embd() as u64 * 4;
             encoder.copy_buffer_to_buffer(
-                self.arch.hidden(),
+                &self.store.hidden.buffer,
                 (n as u64 - 1) * row,
                 &self.io.x_last,
                 0,
@@ -730,7 +746,7 @@ impl Model {
 
     /// A new sequence: its recurrent state starts from zero (caches need no clearing,
     /// attention reads only the rows written in this sequence).
-    fn clear_recurrent_state(&self, encoder: &mut wgpu::CommandEncoder, seq: u32) {
+    pub(crate) fn clear_recurrent_state(&self, encoder: &mut wgpu::CommandEncoder, seq: u32) {
         for s in self
             .state
             .iter()
@@ -964,18 +980,20 @@ fn record_graphs(
     ctx: &GpuContext,
     arch: &dyn Forward,
     io: &Io,
-    lora: Option<&wgpu::Buffer>,
+    store: &ActivationStore,
+    lora: Option<&Tensor>,
     sequences: u32,
 ) -> Result<[Vec<Dispatch>; 3]> {
     let graph = |tile, multi_sequence| {
-        arch.graph(&GraphIo {
+        let io = GraphIo {
             ctx,
             ids: &io.ids,
             step: &io.step,
             tile,
             lora,
             multi_sequence,
-        })
+        };
+        record_forward(arch, &io, store)
     };
     let batch = if sequences > 1 {
         graph(PREFILL_TILE, true)?

@@ -503,10 +503,12 @@ fn rms_norm_matches_reference() {
         );
         let got = read(&ctx, &y, len);
         let mut want = vec![0f64; len];
+        let mut want_rstd = vec![0f64; (groups * tokens) as usize];
         for row in 0..(groups * tokens) as usize {
             let xs = &x[row * n as usize..][..n as usize];
             let ms = xs.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
             let sc = 1.0 / (ms + eps as f64).sqrt();
+            want_rstd[row] = sc;
             for i in 0..n as usize {
                 want[row * n as usize + i] = xs[i] as f64 * sc * w[i] as f64;
             }
@@ -517,6 +519,43 @@ fn rms_norm_matches_reference() {
             1e-5,
             1e-4,
             &format!("rms_norm n={n} groups={groups}"),
+        );
+        // The training form also keeps each row's reciprocal RMS; y is the same.
+        let y2 = ctx
+            .storage_buffer("y", len as u64 * 4, wgpu::BufferUsages::empty())
+            .unwrap();
+        let rstd = ctx
+            .storage_buffer(
+                "rstd",
+                want_rstd.len() as u64 * 4,
+                wgpu::BufferUsages::empty(),
+            )
+            .unwrap();
+        run(
+            &ctx,
+            &[ops::rms_norm::rms_norm_saving(
+                &ctx,
+                &buf_f32(&ctx, &x),
+                &buf_f32(&ctx, &w),
+                None,
+                &y2,
+                Some(&rstd),
+                n,
+                groups,
+                eps,
+                false,
+                &s,
+            )
+            .unwrap()],
+            tokens,
+        );
+        assert_eq!(read(&ctx, &y2, len), got, "rms_norm saving rstd: y");
+        assert_close(
+            &read(&ctx, &rstd, want_rstd.len()),
+            &want_rstd,
+            1e-5,
+            0.0,
+            &format!("rms_norm rstd n={n} groups={groups}"),
         );
     }
 }
@@ -857,17 +896,79 @@ fn attention_matches_reference() {
                 .map(|t| (0, pos0 as usize + t))
                 .collect();
             let want = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
+            let what = format!(
+                "attention {layout:?} heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
+            );
+            assert_close(&got, &want, 1e-4, 1e-2, &what);
+            // The training form also keeps each (token, head)'s log-sum-exp; out is the same.
+            let (out2, lse) = (
+                ctx.storage_buffer("out", q.len() as u64 * 4, wgpu::BufferUsages::empty())
+                    .unwrap(),
+                ctx.storage_buffer(
+                    "lse",
+                    (tokens * n_head) as u64 * 4,
+                    wgpu::BufferUsages::empty(),
+                )
+                .unwrap(),
+            );
+            let d = ops::attention::attention_saving(
+                &ctx,
+                layout,
+                &buf_f32(&ctx, &q),
+                &buf_f32(&ctx, &k),
+                &buf_f32(&ctx, &v),
+                &out2,
+                Some(&lse),
+                n_head,
+                n_kv,
+                hd,
+                scale,
+                &s,
+            )
+            .unwrap();
+            run(&ctx, &[d], tokens);
+            assert_eq!(read(&ctx, &out2, q.len()), got, "{what}: out with lse");
+            let want_lse = lse_reference(&q, &k, &seen, nh, nkv, hd_, scale);
+            // A log-sum-exp is O(1) to O(log positions): 1e-5 relative to |want| + 1.
             assert_close(
-                &got,
-                &want,
-                1e-4,
-                1e-2,
-                &format!(
-                    "attention {layout:?} heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
-                ),
+                &read(&ctx, &lse, want_lse.len()),
+                &want_lse,
+                1e-5,
+                1.0,
+                &format!("{what}: lse"),
             );
         }
     }
+}
+
+/// log Σ_p exp(scale · q[t, h] · k[p]) over the positions token t sees, per (token, head).
+fn lse_reference(
+    q: &[f32],
+    k: &[f32],
+    seen: &[(usize, usize)],
+    nh: usize,
+    nkv: usize,
+    hd: usize,
+    scale: f32,
+) -> Vec<f64> {
+    let mut out = Vec::new();
+    for (t, &(first, pos)) in seen.iter().enumerate() {
+        for h in 0..nh {
+            let kh = h / (nh / nkv);
+            let qv = &q[(t * nh + h) * hd..][..hd];
+            let scores: Vec<f64> = (first..=first + pos)
+                .map(|p| {
+                    (0..hd)
+                        .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd + d] as f64)
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            out.push(m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln());
+        }
+    }
+    out
 }
 
 /// Attention of batched steps over a cache of 3 sequence slots × 100 rows, random everywhere:

@@ -539,6 +539,66 @@ fn delta_net_chunked_matches_recurrent() {
     }
 }
 
+/// The training form of the chunked rule keeps each 32-token chunk's incoming state: over a
+/// 150-token step (5 chunks, the last partial) from a random state, states[c] equals the f64
+/// recurrence's state after tokens 0 .. 32c (tolerance as above), and the outputs are the same
+/// bits as without keeping.
+#[test]
+fn delta_net_chunked_keeps_chunk_states() {
+    let gpu = gpu_or_skip!();
+    for (case, _) in delta_cases(&mut seeded()) {
+        let sh = &case.shape;
+        let what = format!("delta_net_chunked states {sh:?}");
+        let (nv, dv) = (sh.n_v as usize, sh.d_v as usize);
+        let n = case.n;
+        let (a, dt_bias) = (gpu.upload(&case.a), gpu.upload(&case.dt_bias));
+        let (qkv, alpha, beta) = (
+            gpu.upload(&case.qkv),
+            gpu.upload(&case.alpha),
+            gpu.upload(&case.beta),
+        );
+        let inputs = DeltaNetInputs {
+            qkv: &qkv,
+            alpha: &alpha,
+            beta: &beta,
+            a: &a,
+            dt_bias: &dt_bias,
+        };
+        let state = gpu.upload(&case.state0);
+        let out = gpu.zeros(n * nv * dv);
+        let scratch = gpu.zeros(sh.chunk_scratch_bytes(n as u32) as usize / 4);
+        let states_len = sh.chunk_states_len(n as u32) as usize;
+        let states = gpu.zeros(states_len);
+        let s = gpu.step_of(Step::new(n as u32, 0));
+        let ds = delta_net::delta_net_chunked_saving(
+            &gpu.0,
+            sh,
+            &inputs,
+            &state,
+            &out,
+            &scratch,
+            Some(&states),
+            n as u32,
+            &s,
+        )
+        .unwrap();
+        gpu.run(&ds, n);
+        let got_out = gpu.read(&out, n * nv * dv);
+        assert!(
+            same_bits(&got_out, &case.run(&gpu, &[(n, true)])),
+            "{what}: outputs differ from the chunked form without states"
+        );
+        let got = gpu.read(&states, states_len);
+        let per = sh.state_len() as usize;
+        let mut st = wide(&case.state0);
+        for c in 0..n.div_ceil(32) {
+            check_delta(&got[c * per..][..per], &st, format!("{what} chunk {c}"));
+            let next: Vec<usize> = (c * 32..((c + 1) * 32).min(n)).collect();
+            case.reference_on(&next, &mut st);
+        }
+    }
+}
+
 /// Tokens of three sequences interleaved in one recurrent step (slots 2, 0, 2, 1, 0, 0, then 18
 /// drawn at random from 0..3) over a state buffer of 4 slots [slots, n_v, d_k, d_v], each with
 /// its own random state: every token's output, and every slot's final state, equal its slot's

@@ -1,19 +1,21 @@
-//! Pieces every architecture is built from: checked weight loading with progress, the
-//! graph recorder, the per-step scratch activations, and the pre-norm attention and SwiGLU
-//! MLP blocks.
+//! Pieces every architecture is built from: checked weight loading with progress, and the
+//! pre-norm attention and SwiGLU MLP blocks, recorded with the typed ops of
+//! [`crate::graph::Graph`] over a layer's [`LayerActivations`].
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use lilypad_gguf::{ByteSource, GgmlType, GgufFile};
 
+use crate::activations::LayerActivations;
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
-use crate::kernels::Dispatch;
+use crate::graph::{Graph, Write};
 use crate::linear::Linear;
 use crate::model::LoadProgress;
-use crate::ops::{self, rope::RopeMode};
+use crate::ops::rope::RopeMode;
 use crate::state::StateBuffer;
+use crate::tensor::{DType, Tensor};
 use crate::weights::{self, GpuWeight};
 
 /// Checks that every tensor in `shapes` (name, [rows, cols]) is present with that shape and
@@ -128,8 +130,15 @@ impl<'a> Loader<'a> {
         self.matrix(name).map(Linear::new)
     }
 
-    /// A norm weight, widened to f32.
-    pub fn norm(&self, name: &str) -> Result<wgpu::Buffer> {
+    /// A small parameter tensor (a norm weight, DeltaNet's conv and decay parameters),
+    /// widened to f32, [rows, cols] as in the file.
+    pub fn norm(&self, name: &'static str) -> Result<Tensor> {
+        self.small(name, name)
+    }
+
+    /// [`Loader::norm`] for a tensor whose name is made at run time (`blk.N.…`), labelled
+    /// with what it is.
+    pub fn small(&self, name: &str, label: &'static str) -> Result<Tensor> {
         let t = self
             .file
             .tensor(name)
@@ -137,7 +146,11 @@ impl<'a> Loader<'a> {
         let mut v = vec![0f32; t.n_elements() as usize];
         lilypad_gguf::dequantize(t.ty, &self.file.tensor_bytes(self.src, t)?, &mut v)?;
         self.report(name, t.n_bytes());
-        self.ctx.storage_buffer_init(name, bytemuck::cast_slice(&v))
+        let shape = [t.rows() as u32, t.cols() as u32];
+        let buffer = self
+            .ctx
+            .storage_buffer_init(name, bytemuck::cast_slice(&v))?;
+        Tensor::from_buffer(buffer, label, shape, DType::F32)
     }
 
     /// A zeroed f32 buffer of `n` values.
@@ -147,179 +160,9 @@ impl<'a> Loader<'a> {
     }
 }
 
-/// Where a matrix product writes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Write {
-    Set,
-    /// Adds to y (the residual stream).
-    Add,
-    /// y is a cache and token t writes row pos0 + t.
-    Cache,
-}
-
-/// What the runtime hands an architecture to record a graph with: the step's token ids and
-/// uniform, the tile, and the LoRA scratch when adapters are set.
-pub(crate) struct GraphIo<'a> {
-    pub ctx: &'a GpuContext,
-    pub ids: &'a wgpu::Buffer,
-    pub step: &'a wgpu::Buffer,
-    pub tile: u32,
-    pub lora: Option<&'a wgpu::Buffer>,
-    /// The step may hold tokens of several sequences (batched decode).
-    pub multi_sequence: bool,
-}
-
-/// Records one forward graph: the dispatches of a step of up to `max_batch` tokens, `tile`
-/// tokens per workgroup in the matrix products (1 for decode, `PREFILL_TILE` for prefill).
-pub(crate) struct Graph<'a> {
-    pub ctx: &'a GpuContext,
-    pub step: &'a wgpu::Buffer,
-    pub tile: u32,
-    pub max_batch: u32,
-    /// [max_batch, rank] for LoRA's A·x, when any linear has an adapter.
-    pub lora: Option<&'a wgpu::Buffer>,
-    pub multi_sequence: bool,
-    pub dispatches: Vec<Dispatch>,
-}
-
-impl<'a> Graph<'a> {
-    /// A graph whose first dispatch looks up the step's token embeddings (`ids`) into `x`.
-    pub fn embed(
-        io: &GraphIo<'a>,
-        max_batch: u32,
-        embd: &GpuWeight,
-        x: &wgpu::Buffer,
-    ) -> Result<Self> {
-        Ok(Self {
-            ctx: io.ctx,
-            step: io.step,
-            tile: io.tile,
-            max_batch,
-            lora: io.lora,
-            multi_sequence: io.multi_sequence,
-            dispatches: ops::get_rows::get_rows(io.ctx, embd, io.ids, x, max_batch, io.step)?,
-        })
-    }
-
-    pub fn push(&mut self, d: Dispatch) {
-        self.dispatches.push(d);
-    }
-
-    /// y[t, ..stride] (+)= W · x[t] + scale · B·(A·x[t]) (see [`ops::matvec::matvec`]): the
-    /// adapter's second product adds into whatever the weight's wrote.
-    pub fn matvec(
-        &mut self,
-        linear: &Linear,
-        x: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        y_stride: u32,
-        write: Write,
-    ) -> Result<()> {
-        self.dispatches.extend(ops::matvec::matvec(
-            self.ctx,
-            &linear.weight,
-            x,
-            y,
-            y_stride,
-            self.step,
-            self.tile,
-            write == Write::Add,
-            write == Write::Cache,
-        )?);
-        if let Some(lora) = &linear.lora {
-            let u = self.lora.ok_or_else(|| {
-                EngineError::Config(format!(
-                    "{} has a LoRA adapter but the graph has no LoRA scratch",
-                    linear.name()
-                ))
-            })?;
-            self.dispatches.extend(ops::matvec::matvec(
-                self.ctx, &lora.a, x, u, lora.rank, self.step, self.tile, false, false,
-            )?);
-            self.dispatches.extend(ops::matvec::matvec(
-                self.ctx,
-                &lora.b,
-                u,
-                y,
-                y_stride,
-                self.step,
-                self.tile,
-                true,
-                write == Write::Cache,
-            )?);
-        }
-        Ok(())
-    }
-
-    /// Rows of n values, `groups` per token: y = rmsnorm(x) · w.
-    pub fn rms_norm(
-        &mut self,
-        x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        n: u32,
-        groups: u32,
-        eps: f32,
-    ) -> Result<()> {
-        let d = ops::rms_norm::rms_norm(self.ctx, x, w, y, n, groups, eps, self.step)?;
-        self.push(d);
-        Ok(())
-    }
-}
-
-/// Activations of one step, shared by every layer.
-pub(crate) struct Scratch {
-    /// The residual stream [T, n_embd].
-    pub x: wgpu::Buffer,
-    /// A normalised copy of x, the input of each block (and, last, of the LM head).
-    pub xn: wgpu::Buffer,
-    pub q: wgpu::Buffer,
-    pub att: wgpu::Buffer,
-    /// Projected q and k before their per-head norm (QK-norm models only).
-    pub qk_raw: Option<(wgpu::Buffer, wgpu::Buffer)>,
-    /// attn_q's output for gated attention: per head, the query then its output gate.
-    pub qg: Option<wgpu::Buffer>,
-    pub ffn_gate: wgpu::Buffer,
-    pub ffn_up: wgpu::Buffer,
-    pub ffn_act: wgpu::Buffer,
-}
-
-impl Scratch {
-    pub fn new(l: &Loader, max_batch: u32, a: &AttentionShape, n_ff: u32) -> Result<Self> {
-        let b = max_batch as u64;
-        let (q, kv) = (a.q_dim() as u64, a.kv_dim() as u64);
-        Ok(Self {
-            x: l.f32s("x", b * a.n_embd as u64)?,
-            xn: l.f32s("x normed", b * a.n_embd as u64)?,
-            q: l.f32s("q", b * q)?,
-            att: l.f32s("attention out", b * q)?,
-            qk_raw: if a.qk_norm {
-                Some((l.f32s("q raw", b * q)?, l.f32s("k raw", b * kv)?))
-            } else {
-                None
-            },
-            qg: if a.gated {
-                Some(l.f32s("q and gate", 2 * b * q)?)
-            } else {
-                None
-            },
-            ffn_gate: l.f32s("gate", b * n_ff as u64)?,
-            ffn_up: l.f32s("up", b * n_ff as u64)?,
-            ffn_act: l.f32s("swiglu", b * n_ff as u64)?,
-        })
-    }
-
-    /// f32 values per token these buffers hold.
-    pub fn floats_per_token(a: &AttentionShape, n_ff: u32) -> u64 {
-        let qk_raw = if a.qk_norm { a.q_dim() + a.kv_dim() } else { 0 };
-        let qg = if a.gated { 2 * a.q_dim() } else { 0 };
-        (2 * a.n_embd + 2 * a.q_dim() + qk_raw + qg + 3 * n_ff) as u64
-    }
-}
-
 /// Shape and conventions of a self-attention block.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct AttentionShape {
+pub struct AttentionShape {
     pub n_embd: u32,
     pub n_head: u32,
     pub n_kv: u32,
@@ -368,37 +211,41 @@ impl AttentionShape {
 }
 
 /// Pre-norm causal self-attention with its KV cache: x += wo · attention(xn).
-pub(crate) struct Attention {
-    norm: wgpu::Buffer,
-    wq: Linear,
-    wk: Linear,
-    wv: Linear,
-    wo: Linear,
+pub struct Attention {
+    pub norm: Tensor,
+    pub wq: Linear,
+    pub wk: Linear,
+    pub wv: Linear,
+    pub wo: Linear,
     /// Per-head norm weights of q and k.
-    qk_norm: Option<(wgpu::Buffer, wgpu::Buffer)>,
-    /// [context, n_kv, head_dim] each.
-    k_cache: wgpu::Buffer,
-    v_cache: wgpu::Buffer,
+    pub qk_norm: Option<(Tensor, Tensor)>,
+    /// [slots · context, n_kv · head_dim] each.
+    pub k_cache: Tensor,
+    pub v_cache: Tensor,
 }
 
 impl Attention {
-    pub fn load(l: &Loader, blk: u32, s: &AttentionShape, context: u32) -> Result<Self> {
+    pub(crate) fn load(l: &Loader, blk: u32, s: &AttentionShape, context: u32) -> Result<Self> {
         let n = |name: &str| format!("blk.{blk}.{name}.weight");
         // One block of `context` rows per sequence slot.
-        let cache = l.sequences as u64 * context as u64 * s.kv_dim() as u64;
+        let rows = l.sequences * context;
+        let cache = |label| Tensor::zeros(l.ctx, label, [rows, s.kv_dim()]);
         Ok(Self {
-            norm: l.norm(&n("attn_norm"))?,
+            norm: l.small(&n("attn_norm"), "attn_norm")?,
             wq: l.linear(&n("attn_q"))?,
             wk: l.linear(&n("attn_k"))?,
             wv: l.linear(&n("attn_v"))?,
             wo: l.linear(&n("attn_output"))?,
             qk_norm: if s.qk_norm {
-                Some((l.norm(&n("attn_q_norm"))?, l.norm(&n("attn_k_norm"))?))
+                Some((
+                    l.small(&n("attn_q_norm"), "attn_q_norm")?,
+                    l.small(&n("attn_k_norm"), "attn_k_norm")?,
+                ))
             } else {
                 None
             },
-            k_cache: l.f32s("k cache", cache)?,
-            v_cache: l.f32s("v cache", cache)?,
+            k_cache: cache("k cache")?,
+            v_cache: cache("v cache")?,
         })
     }
 
@@ -407,116 +254,106 @@ impl Attention {
     }
 
     /// The K and V caches: one row of kv_dim values per position, `context` rows per slot.
-    pub fn state(&self, s: &AttentionShape, context: u32) -> Vec<StateBuffer> {
+    pub(crate) fn state(&self, s: &AttentionShape, context: u32) -> Vec<StateBuffer> {
         let row = s.kv_dim() as u64 * 4;
         [&self.k_cache, &self.v_cache]
             .map(|b| StateBuffer {
-                buffer: b.clone(),
+                buffer: b.buffer.clone(),
                 row_bytes: Some(row),
                 slot_bytes: row * context as u64,
             })
             .to_vec()
     }
 
+    /// x += wo · attention(norm(x)), over the layer's activations `l`.
     pub fn record(
         &self,
         g: &mut Graph,
         s: &AttentionShape,
-        a: &Scratch,
-        freqs: &wgpu::Buffer,
+        l: &LayerActivations,
+        freqs: &Tensor,
     ) -> Result<()> {
-        let (e, q, kv) = (s.n_embd, s.q_dim(), s.kv_dim());
-        g.rms_norm(&a.x, &self.norm, &a.xn, e, 1, s.eps)?;
-        let gate = self.gate(g, s, a)?;
+        let a = l.attention().ok_or_else(|| {
+            EngineError::Config("an attention layer needs attention activations".into())
+        })?;
+        let xn = &l.mixer_in;
+        g.rms_norm(
+            &l.x,
+            &self.norm,
+            None,
+            xn,
+            l.mixer_rstd.as_ref(),
+            s.eps,
+            Write::Set,
+        )?;
+        let (q_rstd, k_rstd) = match &a.qk_rstd {
+            Some((q, k)) => (Some(q), Some(k)),
+            None => (None, None),
+        };
+        let gate = match (s.gated, &a.qg) {
+            (false, _) => None,
+            (true, Some(qg)) if s.qk_norm => Some(qg),
+            (true, _) => {
+                return Err(EngineError::Config(
+                    "gated attention needs QK-norm and the q/gate buffer".into(),
+                ));
+            }
+        };
         match (&self.qk_norm, &a.qk_raw) {
             (Some((q_norm, k_norm)), Some((q_raw, k_raw))) => {
-                match &gate {
-                    Some((heads, qg)) => {
-                        g.matvec(&self.wq, &a.xn, qg, 2 * q, Write::Set)?;
-                        g.push(heads.split_query(g.ctx, qg, q_raw, g.step)?);
+                match gate {
+                    Some(qg) => {
+                        g.matvec(&self.wq, xn, qg, Write::Set)?;
+                        g.split_query(qg, q_raw, s.head_dim)?;
                     }
-                    None => g.matvec(&self.wq, &a.xn, q_raw, q, Write::Set)?,
+                    None => g.matvec(&self.wq, xn, q_raw, Write::Set)?,
                 }
-                g.rms_norm(q_raw, q_norm, &a.q, s.head_dim, s.n_head, s.eps)?;
-                g.matvec(&self.wk, &a.xn, k_raw, kv, Write::Set)?;
-                g.push(ops::rms_norm::rms_norm_to_cache(
-                    g.ctx,
+                g.rms_norm(q_raw, q_norm, None, &a.q, q_rstd, s.eps, Write::Set)?;
+                g.matvec(&self.wk, xn, k_raw, Write::Set)?;
+                g.rms_norm(
                     k_raw,
                     k_norm,
+                    None,
                     &self.k_cache,
-                    s.head_dim,
-                    s.n_kv,
+                    k_rstd,
                     s.eps,
-                    g.step,
-                )?);
+                    Write::Cache,
+                )?;
             }
             (None, _) => {
-                g.matvec(&self.wq, &a.xn, &a.q, q, Write::Set)?;
-                g.matvec(&self.wk, &a.xn, &self.k_cache, kv, Write::Cache)?;
+                g.matvec(&self.wq, xn, &a.q, Write::Set)?;
+                g.matvec(&self.wk, xn, &self.k_cache, Write::Cache)?;
             }
             (Some(_), None) => {
                 return Err(EngineError::Config(
-                    "QK-norm attention needs the q/k scratch buffers".into(),
+                    "QK-norm attention needs the q/k buffers".into(),
                 ));
             }
         }
-        g.matvec(&self.wv, &a.xn, &self.v_cache, kv, Write::Cache)?;
-        for (x, heads, in_cache) in [(&a.q, s.n_head, false), (&self.k_cache, s.n_kv, true)] {
-            g.push(ops::rope::rope(
-                g.ctx, x, freqs, heads, s.head_dim, s.n_rot, s.rope, in_cache, g.step,
-            )?);
-        }
-        g.push(ops::attention::attention(
-            g.ctx,
-            ops::attention::AttentionLayout::for_context(g.ctx),
+        g.matvec(&self.wv, xn, &self.v_cache, Write::Cache)?;
+        g.rope(&a.q, freqs, s.head_dim, s.n_rot, s.rope, false)?;
+        g.rope(&self.k_cache, freqs, s.head_dim, s.n_rot, s.rope, true)?;
+        g.attention(
             &a.q,
             &self.k_cache,
             &self.v_cache,
             &a.att,
-            s.n_head,
-            s.n_kv,
+            a.lse.as_ref(),
             s.head_dim,
-            1.0 / (s.head_dim as f32).sqrt(),
-            g.step,
-        )?);
-        if let Some((heads, qg)) = &gate {
-            g.push(heads.sigmoid_gate(g.ctx, &a.att, qg, g.step)?);
+        )?;
+        if let Some(qg) = gate {
+            g.sigmoid_gate(&a.att, qg, s.head_dim)?;
         }
-        g.matvec(&self.wo, &a.att, &a.x, e, Write::Add)
-    }
-
-    /// The gate's heads and the [query | gate] buffer, for gated attention.
-    fn gate<'s>(
-        &self,
-        g: &Graph,
-        s: &AttentionShape,
-        a: &'s Scratch,
-    ) -> Result<Option<(ops::attn_gate::GatedHeads, &'s wgpu::Buffer)>> {
-        if !s.gated {
-            return Ok(None);
-        }
-        match (&a.qg, s.qk_norm) {
-            (Some(qg), true) => Ok(Some((
-                ops::attn_gate::GatedHeads {
-                    n_head: s.n_head,
-                    head_dim: s.head_dim,
-                    max_tokens: g.max_batch,
-                },
-                qg,
-            ))),
-            _ => Err(EngineError::Config(
-                "gated attention needs QK-norm and the q/gate scratch buffer".into(),
-            )),
-        }
+        g.matvec(&self.wo, &a.att, &l.x, Write::Add)
     }
 }
 
 /// Pre-norm SwiGLU feed-forward: x += down · (silu(gate · xn) ⊙ (up · xn)).
-pub(crate) struct Mlp {
-    norm: wgpu::Buffer,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+pub struct Mlp {
+    pub norm: Tensor,
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
 }
 
 impl Mlp {
@@ -533,10 +370,10 @@ impl Mlp {
         ]
     }
 
-    pub fn load(l: &Loader, blk: u32, norm: &str) -> Result<Self> {
+    pub(crate) fn load(l: &Loader, blk: u32, norm: &'static str) -> Result<Self> {
         let n = |s: &str| format!("blk.{blk}.{s}.weight");
         Ok(Self {
-            norm: l.norm(&n(norm))?,
+            norm: l.small(&n(norm), norm)?,
             gate: l.linear(&n("ffn_gate"))?,
             up: l.linear(&n("ffn_up"))?,
             down: l.linear(&n("ffn_down"))?,
@@ -547,19 +384,39 @@ impl Mlp {
         [&mut self.gate, &mut self.up, &mut self.down]
     }
 
-    pub fn record(&self, g: &mut Graph, n_embd: u32, eps: f32, a: &Scratch) -> Result<()> {
-        let f = self.gate.weight.rows as u32;
-        g.rms_norm(&a.x, &self.norm, &a.xn, n_embd, 1, eps)?;
-        g.matvec(&self.gate, &a.xn, &a.ffn_gate, f, Write::Set)?;
-        g.matvec(&self.up, &a.xn, &a.ffn_up, f, Write::Set)?;
-        g.push(ops::elementwise::silu_mul(
-            g.ctx,
-            &a.ffn_gate,
-            &a.ffn_up,
-            &a.ffn_act,
-            f,
-            g.step,
-        )?);
-        g.matvec(&self.down, &a.ffn_act, &a.x, n_embd, Write::Add)
+    /// x += down · (silu(gate · norm(x)) ⊙ (up · norm(x))).
+    pub fn record(&self, g: &mut Graph, eps: f32, l: &LayerActivations) -> Result<()> {
+        g.rms_norm(
+            &l.x,
+            &self.norm,
+            None,
+            &l.mlp_in,
+            l.mlp_rstd.as_ref(),
+            eps,
+            Write::Set,
+        )?;
+        g.matvec(&self.gate, &l.mlp_in, &l.gate, Write::Set)?;
+        g.matvec(&self.up, &l.mlp_in, &l.up, Write::Set)?;
+        g.silu_mul(&l.gate, &l.up, &l.act)?;
+        g.matvec(&self.down, &l.act, &l.x, Write::Add)
     }
+}
+
+/// One layer: `mixer` (attention or DeltaNet) then the MLP, keeping the layer's input and
+/// the residual between them where the activations ask for it.
+pub fn record_layer(
+    g: &mut Graph,
+    l: &LayerActivations,
+    mixer: impl FnOnce(&mut Graph) -> Result<()>,
+    mlp: &Mlp,
+    eps: f32,
+) -> Result<()> {
+    if let Some(x_in) = &l.x_in {
+        g.copy(&l.x, x_in)?;
+    }
+    mixer(g)?;
+    if let Some(x_mid) = &l.x_mid {
+        g.copy(&l.x, x_mid)?;
+    }
+    mlp.record(g, eps, l)
 }

@@ -14,13 +14,15 @@
 use lilypad_gguf::GgufFile;
 
 use super::Forward;
-use super::blocks::{Attention, AttentionShape, Graph, GraphIo, Loader, Mlp, Scratch};
+use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
+use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
 use crate::error::{EngineError, Result};
-use crate::kernels::Dispatch;
+use crate::graph::Graph;
 use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::ops::{self, rope::RopeMode};
 use crate::state::StateBuffer;
+use crate::tensor::{DType, Tensor};
 use crate::weights::GpuWeight;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -126,7 +128,18 @@ impl LlamaConfig {
         self.n_kv_head * self.head_dim
     }
 
-    pub(crate) fn attention(&self) -> AttentionShape {
+    pub fn activation_shape(&self) -> ActivationShape {
+        ActivationShape {
+            n_embd: self.n_embd,
+            n_ff: self.n_ff,
+            attention: self.attention(),
+            delta: None,
+            conv_taps: 0,
+            layers: vec![LayerKind::Attention; self.n_layer as usize],
+        }
+    }
+
+    pub fn attention(&self) -> AttentionShape {
         AttentionShape {
             n_embd: self.n_embd,
             n_head: self.n_head,
@@ -170,8 +183,11 @@ impl LlamaConfig {
         plan.kv_cache = 2 * self.n_layer as u64 * kv_layer;
         plan.kv_layer = kv_layer;
         let b = max_batch as u64;
-        let per_token = Scratch::floats_per_token(&self.attention(), self.n_ff) + self.vocab as u64;
-        plan.activations = 4 * b * per_token + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
+        plan.activations = self
+            .activation_shape()
+            .store_bytes(max_batch, ActivationMode::Shared)
+            + 4 * b * self.vocab as u64
+            + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
         plan.largest_unsplittable = kv_layer.max(b * self.vocab as u64 * 4);
         plan
     }
@@ -182,22 +198,16 @@ pub(crate) struct Llama {
     attention: AttentionShape,
     embd: GpuWeight,
     output: Option<GpuWeight>,
-    output_norm: wgpu::Buffer,
+    output_norm: Tensor,
     layers: Vec<(Attention, Mlp)>,
-    scratch: Scratch,
-    freqs: wgpu::Buffer,
-    max_batch: u32,
+    freqs: Tensor,
+    eps: f32,
     /// KV-cache rows per sequence slot.
     context: u32,
 }
 
 impl Llama {
-    pub(crate) fn load(
-        l: &Loader,
-        cfg: &LlamaConfig,
-        context: u32,
-        max_batch: u32,
-    ) -> Result<Self> {
+    pub(crate) fn load(l: &Loader, cfg: &LlamaConfig, context: u32) -> Result<Self> {
         let attention = cfg.attention();
         let embd = l.matrix("token_embd.weight")?;
         let output = if cfg.tied_embeddings {
@@ -214,38 +224,46 @@ impl Llama {
                 ))
             })
             .collect::<Result<_>>()?;
-        let freqs = l.ctx.storage_buffer_init(
-            "rope freqs",
-            bytemuck::cast_slice(&ops::rope::frequencies(cfg.rope_base as f64, cfg.n_rot)),
-        )?;
+        let freqs = rope_frequencies(l, cfg.rope_base, cfg.n_rot)?;
         Ok(Self {
-            scratch: Scratch::new(l, max_batch, &attention, cfg.n_ff)?,
             attention,
             embd,
             output,
             output_norm,
             layers,
             freqs,
-            max_batch,
+            eps: cfg.rms_eps,
             context,
         })
     }
 }
 
+/// RoPE's per-pair frequencies [1, n_rot / 2].
+pub(crate) fn rope_frequencies(l: &Loader, base: f32, n_rot: u32) -> Result<Tensor> {
+    let freqs = ops::rope::frequencies(base as f64, n_rot);
+    let buffer = l
+        .ctx
+        .storage_buffer_init("rope freqs", bytemuck::cast_slice(&freqs))?;
+    Tensor::from_buffer(buffer, "rope freqs", [1, freqs.len() as u32], DType::F32)
+}
+
 impl Forward for Llama {
-    fn graph(&self, io: &GraphIo) -> Result<Vec<Dispatch>> {
-        let (a, s) = (&self.attention, &self.scratch);
-        let mut g = Graph::embed(io, self.max_batch, &self.embd, &s.x)?;
-        for (attention, mlp) in &self.layers {
-            attention.record(&mut g, a, s, &self.freqs)?;
-            mlp.record(&mut g, a.n_embd, a.eps, s)?;
-        }
-        g.rms_norm(&s.x, &self.output_norm, &s.xn, a.n_embd, 1, a.eps)?;
-        Ok(g.dispatches)
+    fn embedding(&self) -> &GpuWeight {
+        &self.embd
     }
 
-    fn hidden(&self) -> &wgpu::Buffer {
-        &self.scratch.xn
+    fn record_layer(&self, g: &mut Graph, i: usize, l: &LayerActivations) -> Result<()> {
+        let (attention, mlp) = &self.layers[i];
+        let mixer = |g: &mut Graph| attention.record(g, &self.attention, l, &self.freqs);
+        record_layer(g, l, mixer, mlp, self.eps)
+    }
+
+    fn output_norm(&self) -> &Tensor {
+        &self.output_norm
+    }
+
+    fn eps(&self) -> f32 {
+        self.eps
     }
 
     fn lm_head(&self) -> &GpuWeight {

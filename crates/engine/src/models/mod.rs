@@ -4,7 +4,7 @@
 //! `crate::model::Model`; [`ModelConfig`] is the one place that dispatches on the
 //! architecture.
 
-pub(crate) mod blocks;
+pub mod blocks;
 pub mod llama;
 pub mod qwen35;
 
@@ -13,11 +13,14 @@ pub use qwen35::Qwen35Config;
 
 use lilypad_gguf::GgufFile;
 
+use crate::activations::{ActivationShape, ActivationStore, LayerActivations};
 use crate::error::{EngineError, Result};
+use crate::graph::{Graph, GraphIo, Write};
 use crate::kernels::Dispatch;
 use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::state::StateBuffer;
+use crate::tensor::Tensor;
 use crate::weights::GpuWeight;
 
 /// Every architecture the engine runs (GGUF `general.architecture`).
@@ -27,14 +30,16 @@ pub fn supported_architectures() -> Vec<&'static str> {
     v
 }
 
-/// What an architecture provides to the runtime.
+/// What an architecture provides to the runtime: its weights and how to record a layer.
 pub(crate) trait Forward: wgpu::WasmNotSendSync {
-    /// The dispatches taking the step's token ids (`io.ids`) to the final normalised hidden
-    /// states [T, n_embd] in [`Forward::hidden`]; `io.tile` tokens per workgroup in the
-    /// matrix products (1 for decode, `PREFILL_TILE` for prefill).
-    fn graph(&self, io: &blocks::GraphIo) -> Result<Vec<Dispatch>>;
+    fn embedding(&self) -> &GpuWeight;
 
-    fn hidden(&self) -> &wgpu::Buffer;
+    /// Records layer `i` over its activations `l` (the residual stream in `l.x`).
+    fn record_layer(&self, g: &mut Graph, i: usize, l: &LayerActivations) -> Result<()>;
+
+    fn output_norm(&self) -> &Tensor;
+
+    fn eps(&self) -> f32;
 
     /// The [vocab, n_embd] output projection.
     fn lm_head(&self) -> &GpuWeight;
@@ -44,6 +49,31 @@ pub(crate) trait Forward: wgpu::WasmNotSendSync {
 
     /// Per layer, the buffers holding one sequence's state.
     fn state(&self) -> Vec<Vec<StateBuffer>>;
+}
+
+/// The dispatches of a whole forward step: embedding of the step's token ids (`io.ids`), every
+/// layer over `store`, and the final norm into `store.hidden` (the LM head's input).
+pub(crate) fn record_forward(
+    arch: &dyn Forward,
+    io: &GraphIo,
+    store: &ActivationStore,
+) -> Result<Vec<Dispatch>> {
+    let mut g = Graph::new(io, store.max_tokens);
+    let x = &store.layers[0].x;
+    g.embed(arch.embedding(), io.ids, x)?;
+    for (i, l) in store.layers.iter().enumerate() {
+        arch.record_layer(&mut g, i, l)?;
+    }
+    g.rms_norm(
+        x,
+        arch.output_norm(),
+        None,
+        &store.hidden,
+        store.hidden_rstd.as_ref(),
+        arch.eps(),
+        Write::Set,
+    )?;
+    Ok(g.dispatches)
 }
 
 /// A model's configuration, read from GGUF metadata.
@@ -87,6 +117,14 @@ impl ModelConfig {
         match self {
             Self::Llama(c) => c.context_train,
             Self::Qwen35(c) => c.context_train,
+        }
+    }
+
+    /// The shapes a graph's activations are sized from.
+    pub fn activation_shape(&self) -> ActivationShape {
+        match self {
+            Self::Llama(c) => c.activation_shape(),
+            Self::Qwen35(c) => c.activation_shape(),
         }
     }
 
@@ -174,12 +212,11 @@ impl ModelConfig {
         &self,
         l: &blocks::Loader,
         context: u32,
-        max_batch: u32,
         mtp: bool,
     ) -> Result<Box<dyn Forward>> {
         Ok(match self {
-            Self::Llama(c) => Box::new(llama::Llama::load(l, c, context, max_batch)?),
-            Self::Qwen35(c) => Box::new(qwen35::Qwen35::load(l, c, context, max_batch, mtp)?),
+            Self::Llama(c) => Box::new(llama::Llama::load(l, c, context)?),
+            Self::Qwen35(c) => Box::new(qwen35::Qwen35::load(l, c, context, mtp)?),
         })
     }
 

@@ -19,18 +19,20 @@
 use lilypad_gguf::GgufFile;
 
 use super::Forward;
-use super::blocks::{Attention, AttentionShape, Graph, GraphIo, Loader, Mlp, Scratch, Write};
+use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
+use super::llama::rope_frequencies;
+use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
 use crate::error::{EngineError, Result};
-use crate::kernels::Dispatch;
+use crate::graph::{Graph, Write};
 use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::ops::{
-    self,
     conv1d::MAX_TAPS,
     delta_net::{DeltaNetInputs, DeltaNetShape, MAX_HEAD_DIM},
     rope::RopeMode,
 };
 use crate::state::StateBuffer;
+use crate::tensor::Tensor;
 use crate::weights::GpuWeight;
 
 pub const ARCH: &str = "qwen35";
@@ -173,7 +175,25 @@ impl Qwen35Config {
         )))
     }
 
-    pub(crate) fn attention(&self) -> AttentionShape {
+    pub fn activation_shape(&self) -> ActivationShape {
+        ActivationShape {
+            n_embd: self.n_embd,
+            n_ff: self.n_ff,
+            attention: self.attention(),
+            delta: Some(self.delta),
+            conv_taps: self.conv_kernel,
+            layers: self
+                .recurrent
+                .iter()
+                .map(|&r| match r {
+                    true => LayerKind::DeltaNet,
+                    false => LayerKind::Attention,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn attention(&self) -> AttentionShape {
         AttentionShape {
             n_embd: self.n_embd,
             n_head: self.n_head,
@@ -271,11 +291,10 @@ impl Qwen35Config {
         plan.kv_layer = kv_layer;
         plan.recurrent_buffer = state.max(self.conv_state_len() * 4);
         let b = max_batch as u64;
-        let per_token = Scratch::floats_per_token(&attention, self.n_ff)
-            + DeltaScratch::floats_per_token(&self.delta)
-            + self.vocab as u64;
-        plan.activations = 4 * b * per_token
-            + self.delta.chunk_scratch_bytes(max_batch)
+        plan.activations = self
+            .activation_shape()
+            .store_bytes(max_batch, ActivationMode::Shared)
+            + 4 * b * self.vocab as u64
             + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
         plan.largest_unsplittable = kv_layer
             .max(b * self.vocab as u64 * 4)
@@ -290,57 +309,20 @@ impl Qwen35Config {
     }
 }
 
-/// Activations of a DeltaNet layer's step.
-struct DeltaScratch {
-    /// attn_qkv's output before the conv, and the conv's output (q, k, v channels).
-    qkv_raw: wgpu::Buffer,
-    qkv: wgpu::Buffer,
-    /// attn_gate's output: the gate of the output norm.
-    z: wgpu::Buffer,
-    alpha: wgpu::Buffer,
-    beta: wgpu::Buffer,
-    /// The delta rule's output, and the same after the gated norm.
-    o: wgpu::Buffer,
-    o_normed: wgpu::Buffer,
-    /// The chunked form's per-chunk scratch.
-    chunks: wgpu::Buffer,
-}
-
-impl DeltaScratch {
-    fn new(l: &Loader, max_batch: u32, d: &DeltaNetShape) -> Result<Self> {
-        let b = max_batch as u64;
-        let value = d.n_v as u64 * d.d_v as u64;
-        Ok(Self {
-            qkv_raw: l.f32s("qkv", b * d.qkv_len())?,
-            qkv: l.f32s("qkv conv", b * d.qkv_len())?,
-            z: l.f32s("z", b * value)?,
-            alpha: l.f32s("alpha", b * d.n_v as u64)?,
-            beta: l.f32s("beta", b * d.n_v as u64)?,
-            o: l.f32s("delta out", b * value)?,
-            o_normed: l.f32s("delta out normed", b * value)?,
-            chunks: l.f32s("delta chunks", d.chunk_scratch_bytes(max_batch).div_ceil(4))?,
-        })
-    }
-
-    fn floats_per_token(d: &DeltaNetShape) -> u64 {
-        2 * d.qkv_len() + 3 * d.n_v as u64 * d.d_v as u64 + 2 * d.n_v as u64
-    }
-}
-
 /// A pre-norm Gated DeltaNet block: x += ssm_out · gated_norm(delta_rule(conv(qkv · xn))).
-struct DeltaNet {
-    norm: wgpu::Buffer,
-    qkv: Linear,
-    z: Linear,
-    beta: Linear,
-    alpha: Linear,
+pub struct DeltaNet {
+    pub norm: Tensor,
+    pub qkv: Linear,
+    pub z: Linear,
+    pub beta: Linear,
+    pub alpha: Linear,
     /// f32 [channels, kernel].
-    conv: wgpu::Buffer,
+    pub conv: Tensor,
     /// −exp(A_log) and the decay's bias, per value head.
-    a: wgpu::Buffer,
-    dt_bias: wgpu::Buffer,
-    out_norm: wgpu::Buffer,
-    out: Linear,
+    pub a: Tensor,
+    pub dt_bias: Tensor,
+    pub out_norm: Tensor,
+    pub out: Linear,
     /// [slots, kernel − 1, channels]: the conv's last inputs.
     conv_state: wgpu::Buffer,
     /// [slots, n_v, d_k, d_v]: the delta rule's state.
@@ -370,16 +352,16 @@ impl DeltaNet {
     fn load(l: &Loader, blk: u32, cfg: &Qwen35Config) -> Result<Self> {
         let n = |s: &str| format!("blk.{blk}.{s}");
         Ok(Self {
-            norm: l.norm(&n("attn_norm.weight"))?,
+            norm: l.small(&n("attn_norm.weight"), "attn_norm")?,
             qkv: l.linear(&n("attn_qkv.weight"))?,
             z: l.linear(&n("attn_gate.weight"))?,
             beta: l.linear(&n("ssm_beta.weight"))?,
             alpha: l.linear(&n("ssm_alpha.weight"))?,
             // Small per-channel parameters: widened to f32 like norm weights.
-            conv: l.norm(&n("ssm_conv1d.weight"))?,
-            a: l.norm(&n("ssm_a"))?,
-            dt_bias: l.norm(&n("ssm_dt.bias"))?,
-            out_norm: l.norm(&n("ssm_norm.weight"))?,
+            conv: l.small(&n("ssm_conv1d.weight"), "ssm_conv1d")?,
+            a: l.small(&n("ssm_a"), "ssm_a")?,
+            dt_bias: l.small(&n("ssm_dt.bias"), "ssm_dt.bias")?,
+            out_norm: l.small(&n("ssm_norm.weight"), "ssm_norm")?,
             out: l.linear(&n("ssm_out.weight"))?,
             conv_state: l.f32s("conv state", l.sequences as u64 * cfg.conv_state_len())?,
             state: l.f32s("delta state", l.sequences as u64 * cfg.delta.state_len())?,
@@ -413,73 +395,52 @@ impl DeltaNet {
         .to_vec()
     }
 
-    fn record(
-        &self,
-        g: &mut Graph,
-        cfg: &Qwen35Config,
-        s: &Scratch,
-        d: &DeltaScratch,
-    ) -> Result<()> {
-        let shape = &cfg.delta;
-        let (e, channels) = (cfg.n_embd, shape.qkv_len() as u32);
-        let value = shape.n_v * shape.d_v;
-        g.rms_norm(&s.x, &self.norm, &s.xn, e, 1, cfg.rms_eps)?;
-        g.matvec(&self.qkv, &s.xn, &d.qkv_raw, channels, Write::Set)?;
-        g.matvec(&self.z, &s.xn, &d.z, value, Write::Set)?;
-        g.matvec(&self.beta, &s.xn, &d.beta, shape.n_v, Write::Set)?;
-        g.matvec(&self.alpha, &s.xn, &d.alpha, shape.n_v, Write::Set)?;
-        g.push(ops::conv1d::conv1d(
-            g.ctx,
-            &d.qkv_raw,
-            &self.conv,
-            &self.conv_state,
-            &d.qkv,
-            channels,
-            cfg.conv_kernel,
-            g.step,
-        )?);
-        let inputs = DeltaNetInputs {
-            qkv: &d.qkv,
-            alpha: &d.alpha,
-            beta: &d.beta,
-            a: &self.a,
-            dt_bias: &self.dt_bias,
-        };
-        // Decode steps, and batched steps of several sequences (one token each): the
-        // recurrent form, token by token. Prefill of one sequence: the chunked form.
-        if g.tile == 1 || g.multi_sequence {
-            g.push(ops::delta_net::delta_net(
-                g.ctx,
-                shape,
-                &inputs,
-                &self.state,
-                &d.o,
-                g.step,
-            )?);
-        } else {
-            g.dispatches.extend(ops::delta_net::delta_net_chunked(
-                g.ctx,
-                shape,
-                &inputs,
-                &self.state,
-                &d.o,
-                &d.chunks,
-                g.max_batch,
-                g.step,
-            )?);
-        }
-        g.push(ops::rms_norm::rms_norm_gated(
-            g.ctx,
-            &d.o,
-            &d.z,
-            &self.out_norm,
-            &d.o_normed,
-            shape.d_v,
-            shape.n_v,
+    /// x += ssm_out · gated_norm(delta_rule(conv(qkv · norm(x)))), over the layer's
+    /// activations `l`.
+    pub fn record(&self, g: &mut Graph, cfg: &Qwen35Config, l: &LayerActivations) -> Result<()> {
+        let d = l.delta_net().ok_or_else(|| {
+            EngineError::Config("a DeltaNet layer needs DeltaNet activations".into())
+        })?;
+        let xn = &l.mixer_in;
+        g.rms_norm(
+            &l.x,
+            &self.norm,
+            None,
+            xn,
+            l.mixer_rstd.as_ref(),
             cfg.rms_eps,
-            g.step,
-        )?);
-        g.matvec(&self.out, &d.o_normed, &s.x, e, Write::Add)
+            Write::Set,
+        )?;
+        g.matvec(&self.qkv, xn, &d.qkv_raw, Write::Set)?;
+        g.matvec(&self.z, xn, &d.z, Write::Set)?;
+        g.matvec(&self.beta, xn, &d.beta, Write::Set)?;
+        g.matvec(&self.alpha, xn, &d.alpha, Write::Set)?;
+        g.conv1d(&d.qkv_raw, &self.conv, &self.conv_state, &d.qkv)?;
+        let inputs = DeltaNetInputs {
+            qkv: &d.qkv.buffer,
+            alpha: &d.alpha.buffer,
+            beta: &d.beta.buffer,
+            a: &self.a.buffer,
+            dt_bias: &self.dt_bias.buffer,
+        };
+        g.delta_net(
+            &cfg.delta,
+            &inputs,
+            &self.state,
+            &d.o,
+            &d.chunks,
+            d.states.as_ref(),
+        )?;
+        g.rms_norm(
+            &d.o,
+            &self.out_norm,
+            Some(&d.z),
+            &d.o_normed,
+            d.o_rstd.as_ref(),
+            cfg.rms_eps,
+            Write::Set,
+        )?;
+        g.matvec(&self.out, &d.o_normed, &l.x, Write::Add)
     }
 }
 
@@ -497,10 +458,10 @@ enum Mixer {
 #[allow(dead_code)]
 struct Mtp {
     eh_proj: GpuWeight,
-    enorm: wgpu::Buffer,
-    hnorm: wgpu::Buffer,
+    enorm: Tensor,
+    hnorm: Tensor,
     /// Its own output norm, when the file has one (otherwise the model's).
-    shared_head_norm: Option<wgpu::Buffer>,
+    shared_head_norm: Option<Tensor>,
     attention: Attention,
     mlp: Mlp,
 }
@@ -511,10 +472,10 @@ impl Mtp {
         let shared = n("shared_head_norm");
         Ok(Self {
             eh_proj: l.matrix(&n("eh_proj"))?,
-            enorm: l.norm(&n("enorm"))?,
-            hnorm: l.norm(&n("hnorm"))?,
+            enorm: l.small(&n("enorm"), "nextn.enorm")?,
+            hnorm: l.small(&n("hnorm"), "nextn.hnorm")?,
             shared_head_norm: match l.has(&shared) {
-                true => Some(l.norm(&shared)?),
+                true => Some(l.small(&shared, "nextn.shared_head_norm")?),
                 false => None,
             },
             attention: Attention::load(l, blk, &cfg.attention(), context)?,
@@ -529,27 +490,18 @@ pub(crate) struct Qwen35 {
     attention: AttentionShape,
     embd: GpuWeight,
     output: Option<GpuWeight>,
-    output_norm: wgpu::Buffer,
+    output_norm: Tensor,
     layers: Vec<(Mixer, Mlp)>,
     /// Loaded only when asked for (`ModelOptions::mtp`).
     #[allow(dead_code)]
     mtp: Vec<Mtp>,
-    scratch: Scratch,
-    delta_scratch: DeltaScratch,
-    freqs: wgpu::Buffer,
-    max_batch: u32,
+    freqs: Tensor,
     /// KV-cache rows per sequence slot.
     context: u32,
 }
 
 impl Qwen35 {
-    pub(crate) fn load(
-        l: &Loader,
-        cfg: &Qwen35Config,
-        context: u32,
-        max_batch: u32,
-        mtp: bool,
-    ) -> Result<Self> {
+    pub(crate) fn load(l: &Loader, cfg: &Qwen35Config, context: u32, mtp: bool) -> Result<Self> {
         let attention = cfg.attention();
         let embd = l.matrix("token_embd.weight")?;
         let output = if cfg.tied_embeddings {
@@ -576,13 +528,8 @@ impl Qwen35 {
         } else {
             Vec::new()
         };
-        let freqs = l.ctx.storage_buffer_init(
-            "rope freqs",
-            bytemuck::cast_slice(&ops::rope::frequencies(cfg.rope_base as f64, cfg.n_rot)),
-        )?;
+        let freqs = rope_frequencies(l, cfg.rope_base, cfg.n_rot)?;
         Ok(Self {
-            scratch: Scratch::new(l, max_batch, &attention, cfg.n_ff)?,
-            delta_scratch: DeltaScratch::new(l, max_batch, &cfg.delta)?,
             cfg: cfg.clone(),
             attention,
             embd,
@@ -591,31 +538,31 @@ impl Qwen35 {
             layers,
             mtp,
             freqs,
-            max_batch,
             context,
         })
     }
 }
 
 impl Forward for Qwen35 {
-    fn graph(&self, io: &GraphIo) -> Result<Vec<Dispatch>> {
-        let (a, s) = (&self.attention, &self.scratch);
-        let mut g = Graph::embed(io, self.max_batch, &self.embd, &s.x)?;
-        for (mixer, mlp) in &self.layers {
-            match mixer {
-                Mixer::Attention(attention) => attention.record(&mut g, a, s, &self.freqs)?,
-                Mixer::DeltaNet(delta) => {
-                    delta.record(&mut g, &self.cfg, s, &self.delta_scratch)?
-                }
-            }
-            mlp.record(&mut g, a.n_embd, a.eps, s)?;
-        }
-        g.rms_norm(&s.x, &self.output_norm, &s.xn, a.n_embd, 1, a.eps)?;
-        Ok(g.dispatches)
+    fn embedding(&self) -> &GpuWeight {
+        &self.embd
     }
 
-    fn hidden(&self) -> &wgpu::Buffer {
-        &self.scratch.xn
+    fn record_layer(&self, g: &mut Graph, i: usize, l: &LayerActivations) -> Result<()> {
+        let (mixer, mlp) = &self.layers[i];
+        let mixer = |g: &mut Graph| match mixer {
+            Mixer::Attention(attention) => attention.record(g, &self.attention, l, &self.freqs),
+            Mixer::DeltaNet(delta) => delta.record(g, &self.cfg, l),
+        };
+        record_layer(g, l, mixer, mlp, self.cfg.rms_eps)
+    }
+
+    fn output_norm(&self) -> &Tensor {
+        &self.output_norm
+    }
+
+    fn eps(&self) -> f32 {
+        self.cfg.rms_eps
     }
 
     fn lm_head(&self) -> &GpuWeight {

@@ -48,6 +48,28 @@ pub fn attention(
     scale: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
+    attention_saving(
+        ctx, layout, q, k, v, out, None, n_head, n_kv, head_dim, scale, step,
+    )
+}
+
+/// [`attention`] that also writes each (token, head)'s softmax statistics, the log of the
+/// sum of its exponentiated scaled scores, to `lse` [T, n_head]: with them a backward pass
+/// recomputes the probabilities without a second softmax pass.
+pub fn attention_saving(
+    ctx: &GpuContext,
+    layout: AttentionLayout,
+    q: &wgpu::Buffer,
+    k: &wgpu::Buffer,
+    v: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    lse: Option<&wgpu::Buffer>,
+    n_head: u32,
+    n_kv: u32,
+    head_dim: u32,
+    scale: f32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
     if head_dim > 256 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
         return Err(EngineError::Shape {
             op: "attention",
@@ -75,13 +97,19 @@ pub fn attention(
             1,
         ),
     };
+    let macros = match lse {
+        Some(_) => macros.flag("SAVE_LSE"),
+        None => macros,
+    };
     let pipeline = ctx.pipeline("attention.wgsl", "attention", &macros)?;
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
+    let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
+    bindings.extend(lse.map(bind));
     Ok(Dispatch::new(
         ctx,
         "attention",
         pipeline,
-        &[bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)],
+        &bindings,
         Grid::PerTokens { x: n_head, per_y },
     ))
 }

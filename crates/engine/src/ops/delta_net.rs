@@ -42,6 +42,12 @@ impl DeltaNetShape {
     }
 
     /// Bytes of scratch the chunked form needs for steps of up to `max_tokens` tokens.
+    /// f32 values of the incoming states of a step's chunks (what
+    /// [`delta_net_chunked_saving`] keeps): [chunks, n_v, d_k, d_v].
+    pub fn chunk_states_len(&self, max_tokens: u32) -> u64 {
+        max_tokens.div_ceil(CHUNK) as u64 * self.state_len()
+    }
+
     pub fn chunk_scratch_bytes(&self, max_tokens: u32) -> u64 {
         max_tokens.div_ceil(CHUNK) as u64 * self.n_v as u64 * self.chunk_words() * 4
     }
@@ -167,7 +173,38 @@ pub fn delta_net_chunked(
     max_tokens: u32,
     step: &wgpu::Buffer,
 ) -> Result<[Dispatch; 2]> {
+    delta_net_chunked_saving(
+        ctx, shape, inputs, state, out, scratch, None, max_tokens, step,
+    )
+}
+
+/// [`delta_net_chunked`] that also writes each chunk's incoming state to `states`
+/// ([`DeltaNetShape::chunk_states_len`] values: [chunk, n_v, d_k, d_v]), for a backward pass.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_net_chunked_saving(
+    ctx: &GpuContext,
+    shape: &DeltaNetShape,
+    inputs: &DeltaNetInputs<'_>,
+    state: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    scratch: &wgpu::Buffer,
+    states: Option<&wgpu::Buffer>,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<[Dispatch; 2]> {
     shape.check("delta_net_chunked", state)?;
+    if let Some(states) = states
+        && states.size() < shape.chunk_states_len(max_tokens) * 4
+    {
+        return Err(EngineError::Shape {
+            op: "delta_net_chunked",
+            detail: format!(
+                "chunk states of {} bytes for {max_tokens} tokens (needs {})",
+                states.size(),
+                shape.chunk_states_len(max_tokens) * 4
+            ),
+        });
+    }
     let need = shape.chunk_scratch_bytes(max_tokens);
     // The scan keeps a [d_k, COLS] block of S and the chunk's Δ in workgroup memory.
     let shared = (shape.d_k.div_ceil(SPLIT) * SPLIT + CHUNK) * COLS * 4;
@@ -186,7 +223,7 @@ pub fn delta_net_chunked(
     let p = shape.params(ctx);
     let mut prep = inputs.bindings();
     prep.extend([(7, bind(scratch)), (8, bind(&p)), (9, bind(step))]);
-    let scan = [
+    let mut scan = vec![
         (0, bind(inputs.qkv)),
         (5, bind(state)),
         (6, bind(out)),
@@ -194,6 +231,11 @@ pub fn delta_net_chunked(
         (8, bind(&p)),
         (9, bind(step)),
     ];
+    let mut scan_macros = macros.clone();
+    if let Some(states) = states {
+        scan.push((10, bind(states)));
+        scan_macros = scan_macros.flag("SAVE_STATES");
+    }
     Ok([
         Dispatch::with_bindings(
             ctx,
@@ -208,7 +250,7 @@ pub fn delta_net_chunked(
         Dispatch::with_bindings(
             ctx,
             "delta_chunk_scan",
-            ctx.pipeline("delta_net.wgsl", "delta_chunk_scan", &macros)?,
+            ctx.pipeline("delta_net.wgsl", "delta_chunk_scan", &scan_macros)?,
             &scan,
             shape.column_grid(),
         ),

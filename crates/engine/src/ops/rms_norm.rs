@@ -53,10 +53,42 @@ pub fn rms_norm_gated(
     norm(ctx, [x, w, y], Some(z), (n, groups, eps), false, step)
 }
 
+/// Any of the forms above (`z`: gated; `y_in_cache`: y is a cache), also writing each row's
+/// reciprocal RMS, 1 / sqrt(mean(x²) + eps), to `rstd` [T, groups] when given: what a
+/// backward pass needs from the forward one.
+#[allow(clippy::too_many_arguments)]
+pub fn rms_norm_saving(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    z: Option<&wgpu::Buffer>,
+    y: &wgpu::Buffer,
+    rstd: Option<&wgpu::Buffer>,
+    n: u32,
+    groups: u32,
+    eps: f32,
+    y_in_cache: bool,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    norm_saving(ctx, [x, w, y], z, rstd, (n, groups, eps), y_in_cache, step)
+}
+
 fn norm(
+    ctx: &GpuContext,
+    xwy: [&wgpu::Buffer; 3],
+    z: Option<&wgpu::Buffer>,
+    shape: (u32, u32, f32),
+    y_in_cache: bool,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    norm_saving(ctx, xwy, z, None, shape, y_in_cache, step)
+}
+
+fn norm_saving(
     ctx: &GpuContext,
     [x, w, y]: [&wgpu::Buffer; 3],
     z: Option<&wgpu::Buffer>,
+    rstd: Option<&wgpu::Buffer>,
     (n, groups, eps): (u32, u32, f32),
     y_in_cache: bool,
     step: &wgpu::Buffer,
@@ -65,15 +97,25 @@ fn norm(
     if z.is_some() {
         macros = macros.flag("GATED");
     }
+    if rstd.is_some() {
+        macros = macros.flag("SAVE_RSTD");
+    }
     let pipeline = ctx.pipeline("rms_norm.wgsl", "rms_norm", &macros)?;
     let p = params(
         ctx,
         "rms_norm",
         &[n, groups, eps.to_bits(), y_in_cache as u32],
     );
-    let mut bindings = vec![bind(x), bind(w), bind(y), bind(&p), bind(step)];
-    bindings.extend(z.map(bind));
-    Ok(Dispatch::new(
+    let mut bindings: Vec<(u32, wgpu::BindingResource)> = vec![
+        (0, bind(x)),
+        (1, bind(w)),
+        (2, bind(y)),
+        (3, bind(&p)),
+        (4, bind(step)),
+    ];
+    bindings.extend(z.map(|z| (5, bind(z))));
+    bindings.extend(rstd.map(|r| (6, bind(r))));
+    Ok(Dispatch::with_bindings(
         ctx,
         if z.is_some() {
             "rms_norm_gated"

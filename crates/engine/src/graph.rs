@@ -1,0 +1,431 @@
+//! The graph recorder: a step's kernel launches, recorded once and replayed every step.
+//! Its methods are the typed ops the model blocks (`models/`) are written in: each takes
+//! [`Tensor`]s, checks their shapes against each other and against the weights, and appends
+//! the kernel dispatches from [`crate::ops`]. A trainer records its own graphs with the same
+//! ops, over the same blocks, and adds its kernels with [`Graph::push`].
+
+// An op names each tensor it reads and writes: many arguments by nature.
+#![allow(clippy::too_many_arguments)]
+
+use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
+use crate::kernels::Dispatch;
+use crate::linear::Linear;
+use crate::ops::{
+    self,
+    attn_gate::GatedHeads,
+    delta_net::{DeltaNetInputs, DeltaNetShape},
+    rope::RopeMode,
+};
+use crate::tensor::Tensor;
+use crate::weights::GpuWeight;
+
+/// Where a matrix product writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    Set,
+    /// Adds to y (the residual stream).
+    Add,
+    /// y is a cache and token t writes its cache row (`Step.tok[t]`).
+    Cache,
+}
+
+/// What the runtime hands an architecture to record a graph with: the step's token ids and
+/// uniform, the tile, and the LoRA scratch when adapters are set.
+pub struct GraphIo<'a> {
+    pub ctx: &'a GpuContext,
+    /// u32 token ids of the step.
+    pub ids: &'a wgpu::Buffer,
+    /// The `Step` uniform (`ops::Step`).
+    pub step: &'a wgpu::Buffer,
+    /// Tokens per workgroup in the matrix products: 1 for decode, `PREFILL_TILE` for more.
+    pub tile: u32,
+    /// [max tokens, rank] for LoRA's A·x, when any linear has an adapter.
+    pub lora: Option<&'a Tensor>,
+    /// The step may hold tokens of several sequences (batched decode).
+    pub multi_sequence: bool,
+}
+
+/// Records one graph: the dispatches of a step of up to `max_tokens` tokens.
+pub struct Graph<'a> {
+    pub ctx: &'a GpuContext,
+    pub step: &'a wgpu::Buffer,
+    pub tile: u32,
+    pub max_tokens: u32,
+    pub lora: Option<&'a Tensor>,
+    pub multi_sequence: bool,
+    pub dispatches: Vec<Dispatch>,
+}
+
+impl<'a> Graph<'a> {
+    pub fn new(io: &GraphIo<'a>, max_tokens: u32) -> Self {
+        Self {
+            ctx: io.ctx,
+            step: io.step,
+            tile: io.tile,
+            max_tokens,
+            lora: io.lora,
+            multi_sequence: io.multi_sequence,
+            dispatches: Vec::new(),
+        }
+    }
+
+    pub fn push(&mut self, d: Dispatch) {
+        self.dispatches.push(d);
+    }
+
+    /// x[t] = embd[ids[t]].
+    pub fn embed(&mut self, embd: &GpuWeight, ids: &wgpu::Buffer, x: &Tensor) -> Result<()> {
+        x.expect("embed", self.max_tokens, embd.cols as u32)?;
+        self.dispatches.extend(ops::get_rows::get_rows(
+            self.ctx,
+            embd,
+            ids,
+            &x.buffer,
+            self.max_tokens,
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// y[t] (+)= W · x[t] + scale · B·(A·x[t]) (see [`ops::matvec::matvec`]): the adapter's
+    /// second product adds into whatever the weight's wrote. y's rows hold W's outputs.
+    pub fn matvec(&mut self, linear: &Linear, x: &Tensor, y: &Tensor, write: Write) -> Result<()> {
+        let w = &linear.weight;
+        x.expect("matvec", self.max_tokens, w.cols as u32)?;
+        let y_rows = if write == Write::Cache {
+            0
+        } else {
+            self.max_tokens
+        };
+        y.expect("matvec", y_rows, w.rows as u32)?;
+        let (cache, add) = (write == Write::Cache, write == Write::Add);
+        self.dispatches.extend(ops::matvec::matvec(
+            self.ctx,
+            w,
+            &x.buffer,
+            &y.buffer,
+            y.cols(),
+            self.step,
+            self.tile,
+            add,
+            cache,
+        )?);
+        if let Some(lora) = &linear.lora {
+            let u = self.lora.ok_or_else(|| {
+                EngineError::Config(format!(
+                    "{} has a LoRA adapter but the graph has no LoRA scratch",
+                    linear.name()
+                ))
+            })?;
+            if u.cols() < lora.rank || u.rows() < self.max_tokens {
+                return Err(EngineError::Shape {
+                    op: "matvec",
+                    detail: format!(
+                        "LoRA scratch {:?} for rank {} and {} tokens",
+                        u.shape, lora.rank, self.max_tokens
+                    ),
+                });
+            }
+            self.dispatches.extend(ops::matvec::matvec(
+                self.ctx, &lora.a, &x.buffer, &u.buffer, lora.rank, self.step, self.tile, false,
+                false,
+            )?);
+            self.dispatches.extend(ops::matvec::matvec(
+                self.ctx,
+                &lora.b,
+                &u.buffer,
+                &y.buffer,
+                y.cols(),
+                self.step,
+                self.tile,
+                true,
+                cache,
+            )?);
+        }
+        Ok(())
+    }
+
+    /// y = rmsnorm(x) · w per row of w.cols() values (`x.cols() / w.cols()` rows per token:
+    /// per-head norms), optionally gated by silu(z) (`z` like x), writing into a cache when
+    /// `write` is [`Write::Cache`], and keeping each row's reciprocal RMS in `rstd` [T, rows
+    /// per token] when given.
+    pub fn rms_norm(
+        &mut self,
+        x: &Tensor,
+        w: &Tensor,
+        z: Option<&Tensor>,
+        y: &Tensor,
+        rstd: Option<&Tensor>,
+        eps: f32,
+        write: Write,
+    ) -> Result<()> {
+        let n = w.cols();
+        if n == 0 || w.rows() != 1 || !x.cols().is_multiple_of(n) {
+            return Err(EngineError::Shape {
+                op: "rms_norm",
+                detail: format!(
+                    "{} {:?} by rows of {} {:?}",
+                    x.label, x.shape, w.label, w.shape
+                ),
+            });
+        }
+        let groups = x.cols() / n;
+        x.expect("rms_norm", self.max_tokens, x.cols())?;
+        let y_rows = if write == Write::Cache {
+            0
+        } else {
+            self.max_tokens
+        };
+        y.expect("rms_norm", y_rows, x.cols())?;
+        if let Some(z) = z {
+            z.expect("rms_norm", self.max_tokens, x.cols())?;
+        }
+        if let Some(r) = rstd {
+            r.expect("rms_norm", self.max_tokens, groups)?;
+        }
+        if write == Write::Add {
+            return Err(EngineError::Config("rms_norm cannot add into y".into()));
+        }
+        self.push(ops::rms_norm::rms_norm_saving(
+            self.ctx,
+            &x.buffer,
+            &w.buffer,
+            z.map(|z| &z.buffer),
+            &y.buffer,
+            rstd.map(|r| &r.buffer),
+            n,
+            groups,
+            eps,
+            write == Write::Cache,
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// Rotates the first `n_rot` dims of each `head_dim`-wide head of x in place (x a cache
+    /// when `in_cache`: token t's row is its cache row).
+    pub fn rope(
+        &mut self,
+        x: &Tensor,
+        freqs: &Tensor,
+        head_dim: u32,
+        n_rot: u32,
+        mode: RopeMode,
+        in_cache: bool,
+    ) -> Result<()> {
+        if head_dim == 0 || !x.cols().is_multiple_of(head_dim) || freqs.cols() < n_rot / 2 {
+            return Err(EngineError::Shape {
+                op: "rope",
+                detail: format!(
+                    "{} {:?} in heads of {head_dim}, {n_rot} rotated, {} frequencies",
+                    x.label,
+                    x.shape,
+                    freqs.cols()
+                ),
+            });
+        }
+        self.push(ops::rope::rope(
+            self.ctx,
+            &x.buffer,
+            &freqs.buffer,
+            x.cols() / head_dim,
+            head_dim,
+            n_rot,
+            mode,
+            in_cache,
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// Causal grouped-query attention of q [T, n_head · head_dim] over a layer's K/V cache
+    /// [rows, n_kv · head_dim] into out (like q), keeping each (token, head)'s log-sum-exp
+    /// in `lse` [T, n_head] when given.
+    pub fn attention(
+        &mut self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        lse: Option<&Tensor>,
+        head_dim: u32,
+    ) -> Result<()> {
+        let bad = head_dim == 0
+            || !q.cols().is_multiple_of(head_dim)
+            || !k.cols().is_multiple_of(head_dim)
+            || k.shape != v.shape;
+        if bad {
+            return Err(EngineError::Shape {
+                op: "attention",
+                detail: format!(
+                    "q {:?}, k {:?}, v {:?} in heads of {head_dim}",
+                    q.shape, k.shape, v.shape
+                ),
+            });
+        }
+        let (n_head, n_kv) = (q.cols() / head_dim, k.cols() / head_dim);
+        q.expect("attention", self.max_tokens, q.cols())?;
+        out.expect("attention", self.max_tokens, q.cols())?;
+        if let Some(l) = lse {
+            l.expect("attention", self.max_tokens, n_head)?;
+        }
+        self.push(ops::attention::attention_saving(
+            self.ctx,
+            ops::attention::AttentionLayout::for_context(self.ctx),
+            &q.buffer,
+            &k.buffer,
+            &v.buffer,
+            &out.buffer,
+            lse.map(|l| &l.buffer),
+            n_head,
+            n_kv,
+            head_dim,
+            1.0 / (head_dim as f32).sqrt(),
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// Gated attention's query half: q[t, h] = qg[t, h, ..head_dim] (qg holds each head's
+    /// query then its gate).
+    pub fn split_query(&mut self, qg: &Tensor, q: &Tensor, head_dim: u32) -> Result<()> {
+        let heads = self.gated_heads("split_query", qg, q, head_dim)?;
+        self.push(heads.split_query(self.ctx, &qg.buffer, &q.buffer, self.step)?);
+        Ok(())
+    }
+
+    /// x[t, h] *= sigmoid(gate of head h in qg).
+    pub fn sigmoid_gate(&mut self, x: &Tensor, qg: &Tensor, head_dim: u32) -> Result<()> {
+        let heads = self.gated_heads("sigmoid_gate", qg, x, head_dim)?;
+        self.push(heads.sigmoid_gate(self.ctx, &x.buffer, &qg.buffer, self.step)?);
+        Ok(())
+    }
+
+    fn gated_heads(
+        &self,
+        op: &'static str,
+        qg: &Tensor,
+        x: &Tensor,
+        head_dim: u32,
+    ) -> Result<GatedHeads> {
+        if head_dim == 0 || !x.cols().is_multiple_of(head_dim) {
+            return Err(EngineError::Shape {
+                op,
+                detail: format!("{} {:?} in heads of {head_dim}", x.label, x.shape),
+            });
+        }
+        x.expect(op, self.max_tokens, x.cols())?;
+        qg.expect(op, self.max_tokens, 2 * x.cols())?;
+        Ok(GatedHeads {
+            n_head: x.cols() / head_dim,
+            head_dim,
+            max_tokens: self.max_tokens,
+        })
+    }
+
+    /// out = silu(gate) ⊙ up.
+    pub fn silu_mul(&mut self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
+        for t in [gate, up, out] {
+            t.expect("silu_mul", self.max_tokens, gate.cols())?;
+        }
+        self.push(ops::elementwise::silu_mul(
+            self.ctx,
+            &gate.buffer,
+            &up.buffer,
+            &out.buffer,
+            gate.cols(),
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// Causal depthwise conv over the step's tokens and the sequence's last `taps − 1`
+    /// inputs in `state` (updated): w is [channels, taps].
+    pub fn conv1d(
+        &mut self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &wgpu::Buffer,
+        y: &Tensor,
+    ) -> Result<()> {
+        x.expect("conv1d", self.max_tokens, w.rows())?;
+        y.expect("conv1d", self.max_tokens, w.rows())?;
+        self.push(ops::conv1d::conv1d(
+            self.ctx,
+            &x.buffer,
+            &w.buffer,
+            state,
+            &y.buffer,
+            w.rows(),
+            w.cols(),
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// The gated delta rule (see [`ops::delta_net`]): token by token for decode and batched
+    /// steps, chunked for prefill (`chunks` its scratch), keeping each chunk's incoming state
+    /// in `states` when given (prefill only).
+    pub fn delta_net(
+        &mut self,
+        shape: &DeltaNetShape,
+        inputs: &DeltaNetInputs<'_>,
+        state: &wgpu::Buffer,
+        out: &Tensor,
+        chunks: &Tensor,
+        states: Option<&Tensor>,
+    ) -> Result<()> {
+        out.expect("delta_net", self.max_tokens, shape.n_v * shape.d_v)?;
+        // Decode steps, and batched steps of several sequences (one token each): the
+        // recurrent form, token by token. Prefill of one sequence: the chunked form.
+        if self.tile == 1 || self.multi_sequence {
+            if states.is_some() {
+                return Err(EngineError::Config(
+                    "chunk states are kept by prefill graphs only".into(),
+                ));
+            }
+            self.push(ops::delta_net::delta_net(
+                self.ctx,
+                shape,
+                inputs,
+                state,
+                &out.buffer,
+                self.step,
+            )?);
+        } else {
+            self.dispatches
+                .extend(ops::delta_net::delta_net_chunked_saving(
+                    self.ctx,
+                    shape,
+                    inputs,
+                    state,
+                    &out.buffer,
+                    &chunks.buffer,
+                    states.map(|s| &s.buffer),
+                    self.max_tokens,
+                    self.step,
+                )?);
+        }
+        Ok(())
+    }
+
+    /// dst = src, all rows.
+    pub fn copy(&mut self, src: &Tensor, dst: &Tensor) -> Result<()> {
+        if src.shape != dst.shape || !src.len().is_multiple_of(4) {
+            return Err(EngineError::Shape {
+                op: "copy",
+                detail: format!(
+                    "{} {:?} into {} {:?} (whole vec4s)",
+                    src.label, src.shape, dst.label, dst.shape
+                ),
+            });
+        }
+        let n_vec4 = u32::try_from(src.len() / 4).map_err(|_| EngineError::Shape {
+            op: "copy",
+            detail: format!("{} {:?}", src.label, src.shape),
+        })?;
+        self.push(ops::copy::copy(self.ctx, &src.buffer, &dst.buffer, n_vec4)?);
+        Ok(())
+    }
+}
