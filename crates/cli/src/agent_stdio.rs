@@ -57,6 +57,9 @@ pub enum ModelSpec {
         context: Option<u32>,
         #[serde(default)]
         adapter: Option<String>,
+        /// A PEFT LoRA adapter folder on this machine, put on the model before the run.
+        #[serde(default)]
+        lora: Option<PathBuf>,
     },
     /// A JSON file with replies to replay: a recorded trajectory, `{"replies": [...]}` or a
     /// bare array of strings (for tests and replays).
@@ -126,6 +129,9 @@ pub enum Event {
     },
     ModelReady {
         model: String,
+        /// The LoRA adapter on it: folder, rank, scale and how many linears it adapts.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lora: Option<String>,
     },
     StepStarted {
         index: usize,
@@ -272,6 +278,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             let mut model = scripted(&path).map_err(|e| Failure(ErrorCode::Model, e))?;
             emit(&Event::ModelReady {
                 model: model.name(),
+                lora: None,
             });
             solve(
                 &mut model,
@@ -287,11 +294,12 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             path,
             context,
             adapter,
+            lora,
         } => {
             let args = ModelArgs {
                 model: path.clone(),
                 sha256: None,
-                lora: None,
+                lora,
                 quantize: Default::default(),
                 context,
                 adapter,
@@ -308,9 +316,10 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             let name = Path::new(&path)
                 .file_name()
                 .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+            let lora = loaded.lora.clone();
             let mut session = ChatSession::new(loaded.model, loaded.tok, &name)
                 .map_err(|e| Failure(ErrorCode::Model, e.to_string()))?;
-            emit(&Event::ModelReady { model: name });
+            emit(&Event::ModelReady { model: name, lora });
             solve(
                 &mut session,
                 &mut repo,

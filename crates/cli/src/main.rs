@@ -452,6 +452,8 @@ pub struct Loaded {
     pub tok: TextTokenizer,
     pub file: GgufFile,
     pub src: ModelBytes,
+    /// The LoRA adapter put on the model (`--lora`), in one line.
+    pub lora: Option<String>,
 }
 
 impl Loaded {
@@ -507,19 +509,23 @@ impl Loaded {
             on_progress(&p);
         }))?;
         bar.finish_and_clear();
+        let mut lora_summary = None;
         if let (Some(adapter), Some(dir)) = (&lora, &args.lora) {
             model
                 .set_lora(Some(adapter))
                 .with_context(|| format!("applying the LoRA adapter {}", dir.display()))?;
+            let summary = lora::summary(dir, adapter);
             if !args.quiet {
-                eprintln!("{}", lora::summary(dir, adapter));
+                eprintln!("{summary}");
             }
+            lora_summary = Some(summary);
         }
         Ok(Self {
             model,
             tok,
             file,
             src,
+            lora: lora_summary,
         })
     }
 

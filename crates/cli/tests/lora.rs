@@ -1,7 +1,7 @@
 //! `--lora DIR`: a PEFT adapter folder on the model. The tiny Llama of tests/fixtures/lora
 //! scores the same with its adapter applied at run time (on llama.cpp's GGUF, and on the
 //! checkpoint folder converted on load) as with the adapter merged into a GGUF's weights;
-//! bad adapters are clear errors.
+//! bad adapters are clear errors. `agent-stdio` (the editor's native path) takes the adapter too.
 
 mod common;
 
@@ -119,4 +119,64 @@ fn bad_adapters_are_clear_errors() {
     let e = err(score(gguf, Some(&empty)));
     std::fs::remove_dir_all(&empty).unwrap();
     assert!(e.contains("no adapter_model.safetensors"), "{e}");
+}
+
+/// Runs `lilypad agent-stdio` on one request line; returns its events.
+fn agent_stdio(request: &serde_json::Value) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lilypad"))
+        .arg("agent-stdio")
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{request}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}\n{}", text(&out))))
+        .collect()
+}
+
+/// The editor's native path takes the adapter too: `agent-stdio` with `model.gguf.lora` puts
+/// it on the model (the model_ready event says which, with its rank) and the run ends with
+/// its trajectory; an adapter for another model is a `model` error before any step.
+#[test]
+fn agent_stdio_runs_with_the_adapter() {
+    let dir = fixture("llama-tiny");
+    let request = |lora: PathBuf| {
+        serde_json::json!({
+            "type": "solve",
+            "task": "make x 2",
+            "model": {"gguf": {"path": dir.join("model/model.gguf"), "lora": lora}},
+            "repo": {"files": [{"path": "a.py", "text": "x = 1\n"}]},
+            "settings": {"max_steps": 1, "max_tokens_per_step": 4},
+        })
+    };
+    let events = agent_stdio(&request(dir.join("adapter")));
+    let ready = events
+        .iter()
+        .find(|e| e["type"] == "model_ready")
+        .unwrap_or_else(|| panic!("{events:?}"));
+    let lora = ready["lora"].as_str().unwrap_or_default();
+    assert!(lora.contains("adapter") && lora.contains("rank"), "{ready}");
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done", "{done}");
+    assert!(done["trajectory"].is_object(), "{done}");
+
+    let events = agent_stdio(&request(fixture("qwen3-tiny").join("adapter")));
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "error", "{last}");
+    assert_eq!(last["code"], "model", "{last}");
+    assert!(
+        last["message"]
+            .as_str()
+            .unwrap()
+            .contains("another base model"),
+        "{last}"
+    );
+    assert!(!events.iter().any(|e| e["type"] == "step_started"));
 }

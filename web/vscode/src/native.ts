@@ -9,7 +9,7 @@ import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import { workspaceRoot } from './extension';
 import type { PendingChanges } from './pending';
-import type { ProposedChange } from './protocol';
+import { type ProposedChange, isModelFile } from './protocol';
 
 export interface NativeEvent {
   type: string;
@@ -47,15 +47,20 @@ export class NativeAgent {
     const model = config.get<string>('model') ?? '';
     if (!model) throw new Error('choose a model first (lilypad: Choose model)');
     const lora = (config.get<string>('lora') ?? '').trim();
-    if (lora && !model.startsWith('scripted:')) {
-      // `lilypad agent-stdio` takes no adapter yet: say so rather than pass it over silently.
-      this.output.appendLine(`lilypad.lora (${lora}) is not used by the native agent: it runs the base model`);
-      void vscode.window.showWarningMessage('lilypad: the native agent runs the base model; the LoRA adapter (lilypad.lora) is used in the view only.');
+    const scripted = model.startsWith('scripted:');
+    // `lilypad agent-stdio` reads an adapter folder on this machine; a folder URL is for the
+    // view's engine only: say so rather than pass it over silently.
+    const loraFolder = lora && !scripted && isModelFile(lora) ? localPath(lora) : undefined;
+    if (lora && !scripted && !loraFolder) {
+      this.output.appendLine(`lilypad.lora (${lora}) is a URL: the native agent reads adapter folders on this machine, so it runs the base model`);
+      void vscode.window.showWarningMessage('lilypad: the native agent reads LoRA adapters from folders on this machine; it runs the base model.');
     }
     const request = {
       type: 'solve',
       task,
-      model: model.startsWith('scripted:') ? { scripted: model.slice('scripted:'.length) } : { gguf: { path: model } },
+      model: scripted
+        ? { scripted: model.slice('scripted:'.length) }
+        : { gguf: loraFolder ? { path: model, lora: loraFolder } : { path: model } },
       repo: { folder: root.fsPath },
       settings: {
         max_steps: config.get<number>('maxSteps'),
@@ -113,4 +118,9 @@ export class NativeAgent {
       }),
     );
   }
+}
+
+/** A `file:` URL or a path, as a path on this machine. */
+function localPath(setting: string): string {
+  return setting.startsWith('file:') ? vscode.Uri.parse(setting).fsPath : setting;
 }
