@@ -1160,8 +1160,9 @@ fn copy_copies() {
     assert_eq!(read(&ctx, &dst, x.len()), x);
 }
 
-/// GPU sampling picks exactly the token the plain CPU rule picks, for greedy, temperature,
-/// top-k, top-p, penalties and their mixes, over many draws.
+/// GPU sampling picks the token the plain CPU rule (f64) picks, for greedy, temperature,
+/// top-k, top-p, penalties and their mixes, over many draws; at a near-tie of the running
+/// mass, the token the rule picks for a draw within 1e-5 of the same one.
 #[test]
 fn sampling_matches_reference() {
     let ctx = ctx_or_skip!();
@@ -1214,9 +1215,43 @@ fn sampling_matches_reference() {
                 submit(&ctx, &[sampler.dispatch()], 1);
                 let got = pollster::block_on(ctx.read_u32(&sampler.result, 0, 1)).unwrap()[0];
                 let want = reference_sample(row_logits, sp, &recent, u);
-                assert_eq!(got, want, "vocab {vocab} {sp:?} u={u}");
+                // At a near-tie the GPU's f32 running mass (ulp 1.2e-4 at ~1000 over a 49k
+                // vocabulary) may cross the draw one token early or late: then the token it
+                // picked must be the reference's pick for a draw within 1e-5 of u.
+                let gap = (got != want).then(|| draw_gap(row_logits, sp, &recent, u, got));
+                assert!(
+                    got == want || gap.is_some_and(|g| g <= 1e-5),
+                    "vocab {vocab} {sp:?} u={u}: got {got}, want {want} (the reference picks it {gap:?} away)"
+                );
             }
         }
+    }
+}
+
+/// How far from `u` the nearest draw is at which the reference picks `token` (the pick is
+/// non-decreasing in the draw, so a bisection finds the boundary); `f64::INFINITY` when no
+/// draw on that side picks it.
+fn draw_gap(logits: &[f32], sp: &SamplingParams, recent: &[u32], u: f32, token: u32) -> f64 {
+    let pick = |v: f64| reference_sample(logits, sp, recent, v as f32);
+    let up = token > pick(u as f64);
+    let (mut near, mut far) = if up { (u as f64, 1.0) } else { (u as f64, 0.0) };
+    if (up && pick(far - 1e-9) < token) || (!up && pick(far) > token) {
+        return f64::INFINITY;
+    }
+    // Invariant: pick(near) is on u's side of `token`, pick(far) reaches it.
+    for _ in 0..50 {
+        let mid = (near + far) / 2.0;
+        let reached = if up {
+            pick(mid) >= token
+        } else {
+            pick(mid) <= token
+        };
+        if reached { far = mid } else { near = mid }
+    }
+    if pick(far) == token {
+        (far - u as f64).abs()
+    } else {
+        f64::INFINITY
     }
 }
 
