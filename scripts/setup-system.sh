@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the system packages lilypad needs: a Vulkan loader and, for machines without a
-# GPU, Mesa's lavapipe (a Vulkan driver that runs on the CPU). Skips what is present.
+# GPU, Mesa's lavapipe (a Vulkan driver that runs on the CPU); bubblewrap, the sandbox for
+# model-written commands. Skips what is present.
 set -euo pipefail
 
 need=()
-for pkg in libvulkan1 mesa-vulkan-drivers; do
+for pkg in libvulkan1 mesa-vulkan-drivers bubblewrap; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

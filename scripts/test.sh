@@ -14,7 +14,7 @@ scripts/llama-cpp/build.sh --vectors-only >/dev/null
 # pytest for the agent's end-to-end tests, first on PATH for the shells they start.
 PATH="$(scripts/setup-python.sh):$PATH"
 # No silent skips: a missing adapter, model or pytest is a failure here.
-export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1 LILYPAD_REQUIRE_PYTEST=1
+export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1 LILYPAD_REQUIRE_PYTEST=1 LILYPAD_REQUIRE_SANDBOX=1
 # --all-targets: no doc-test pass (there are none), so the log closes on real tests.
 cargo test --workspace --all-targets "$@"
 # Real-model agent runs on SwiftShader take about 10 minutes each: the default suite skips

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use lilypad_agent::{
-    AgentConfig, AgentEvent, DiskRepo, NativeShell, Repository, Sampling, Toolbox, Trajectory,
-    run_agent,
+    AgentConfig, AgentEvent, DiskRepo, NativeShell, Repository, Sampling, Sandbox, Toolbox,
+    Trajectory, run_agent,
 };
 use lilypad_chat::ChatSession;
 
@@ -50,6 +50,11 @@ pub struct SolveArgs {
     top_k: u32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Run the model's commands unconfined. By default each runs in a bubblewrap sandbox: no
+    /// network, the repository the only writable folder, the home folder hidden, limits on
+    /// CPU time, memory, processes, open files and file size, every process killed with it.
+    #[arg(long)]
+    no_sandbox: bool,
 }
 
 pub fn run(args: &SolveArgs) -> Result<()> {
@@ -59,6 +64,13 @@ pub fn run(args: &SolveArgs) -> Result<()> {
             std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
         }
         (None, None) => bail!("give --task or --task-file"),
+    };
+    // Before the model loads: a missing sandbox is an error at once, not after minutes.
+    let sandbox = if args.no_sandbox {
+        eprintln!("sandbox: off (--no-sandbox): the model's commands run unconfined");
+        Sandbox::Off
+    } else {
+        Sandbox::detect()?
     };
     let mut repo = DiskRepo::open(&args.repo)
         .with_context(|| format!("opening repository {}", args.repo.display()))?;
@@ -74,7 +86,8 @@ pub fn run(args: &SolveArgs) -> Result<()> {
             n.to_string_lossy().into_owned()
         });
     let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
-    let mut toolbox = Toolbox::new(Box::new(NativeShell::new(PathBuf::from(repo.root()))));
+    let shell = NativeShell::new(PathBuf::from(repo.root())).sandboxed(sandbox);
+    let mut toolbox = Toolbox::new(Box::new(shell));
     let config = AgentConfig {
         max_steps: args.max_steps,
         max_tokens_per_step: args.max_tokens_per_step,

@@ -82,3 +82,35 @@ fn solve_runs_the_agent_with_a_real_model() {
     );
     std::fs::remove_dir_all(&work).ok();
 }
+
+/// Without bubblewrap `solve` refuses to start (before loading anything) and says how to
+/// install it or opt out.
+#[test]
+fn solve_without_a_sandbox_refuses_to_start() {
+    let repo = std::env::temp_dir().join(format!("lilypad-solve-nobwrap-{}", std::process::id()));
+    std::fs::create_dir_all(&repo).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_lilypad"))
+        .args([
+            "solve",
+            "--model",
+            "/nonexistent.gguf",
+            "--task",
+            "t",
+            "--repo",
+        ])
+        .arg(&repo)
+        .env("PATH", repo.join("no-bwrap-here"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("apt install bubblewrap") && stderr.contains("--no-sandbox"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("nonexistent.gguf"),
+        "checked before the model: {stderr}"
+    );
+    std::fs::remove_dir_all(&repo).unwrap();
+}

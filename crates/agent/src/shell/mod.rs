@@ -9,6 +9,10 @@
 mod native;
 #[cfg(unix)]
 pub use native::{DEFAULT_OUTPUT_LIMIT, NativeShell};
+#[cfg(unix)]
+mod sandbox;
+#[cfg(unix)]
+pub use sandbox::{PidsCgroup, Sandbox, SandboxError, SandboxLimits};
 
 // The shell over a `Repository` (the browser's Bash).
 pub mod virtual_shell;

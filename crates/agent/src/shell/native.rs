@@ -4,18 +4,20 @@
 //! Each command runs in a process group of its own, so the whole tree it starts — pipelines,
 //! background jobs, their children — can be stopped together: on timeout, and also as soon as
 //! the shell itself exits, so no stray process outlives its command or keeps its output pipe
-//! open. (A process that leaves the group on purpose, e.g. with `setsid`, is out of reach.)
+//! open. (A process that leaves the group on purpose, e.g. with `setsid`, is out of reach
+//! unless the shell is sandboxed: see [`Sandbox`], whose PID namespace takes everything down.)
 
 use std::collections::VecDeque;
 use std::io::{self, PipeReader, PipeWriter, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::sandbox::{PidsCgroup, Sandbox, count_descendants};
 use super::{Shell, ShellOutput};
 use crate::Repository;
 use crate::tools::cut::cut_note;
@@ -32,15 +34,24 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 pub struct NativeShell {
     dir: PathBuf,
     output_limit: usize,
+    sandbox: Sandbox,
 }
 
 impl NativeShell {
-    /// A shell whose commands start in `dir` (the repository's folder on disk).
+    /// A shell whose commands start in `dir` (the repository's folder on disk), unconfined:
+    /// give model-written commands a sandbox with [`NativeShell::sandboxed`].
     pub fn new(dir: PathBuf) -> Self {
         Self {
             dir,
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            sandbox: Sandbox::Off,
         }
+    }
+
+    /// Runs every command in `sandbox`.
+    pub fn sandboxed(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 
     /// Keeps at most `bytes` of each command's output (its start and its end).
@@ -49,13 +60,17 @@ impl NativeShell {
         self
     }
 
-    fn spawn(&self, command: &str, out: &PipeWriter) -> io::Result<Child> {
+    fn spawn(&self, command: &str, out: &PipeWriter) -> io::Result<(Child, Option<PidsCgroup>)> {
         let mut last_error = None;
-        for program in ["bash", "sh"] {
-            let spawned = Command::new(program)
-                .arg("-c")
-                .arg(command)
-                .current_dir(&self.dir)
+        let shells: &[&str] = match &self.sandbox {
+            Sandbox::Off => &["bash", "sh"],
+            // Inside the sandbox a missing shell is bwrap's error, not ours: pick one first.
+            Sandbox::Bubblewrap { .. } if Path::new("/bin/bash").exists() => &["bash"],
+            Sandbox::Bubblewrap { .. } => &["sh"],
+        };
+        for &program in shells {
+            let (mut cmd, cgroup) = self.sandbox.command_with(&self.dir, program, command);
+            let spawned = cmd
                 .stdin(Stdio::null())
                 // Both streams write to one pipe, so the model sees them interleaved as written.
                 .stdout(out.try_clone()?)
@@ -68,7 +83,7 @@ impl NativeShell {
                 .spawn();
             match spawned {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => last_error = Some(e),
-                other => return other,
+                other => return other.map(|child| (child, cgroup)),
             }
         }
         Err(last_error.unwrap_or_else(|| io::Error::other("no shell found")))
@@ -95,8 +110,9 @@ impl Shell for NativeShell {
         let spawned = self.spawn(command, &writer);
         // Only the command may hold the write end, or reading would never see its end.
         drop(writer);
-        let mut child = match spawned {
-            Ok(child) => child,
+        // The cgroup (if any) is removed when this goes out of scope, after the kill below.
+        let (mut child, _cgroup) = match spawned {
+            Ok(spawned) => spawned,
             Err(e) => return failed(format!("failed to start a shell: {e}")),
         };
         let capture = Arc::new(Mutex::new(Capture::new(self.output_limit)));
@@ -104,9 +120,18 @@ impl Shell for NativeShell {
 
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_millis(1);
+        let max_processes = self.sandbox.limits().map(|l| l.processes);
+        let mut too_many = None;
         let timed_out = loop {
             if exited(&mut child) {
                 break false;
+            }
+            if let Some(max) = max_processes {
+                let n = count_descendants(child.id());
+                if n > max {
+                    too_many = Some(max);
+                    break false;
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -119,13 +144,18 @@ impl Shell for NativeShell {
         kill_group(child.id());
         let status = child.wait();
         let _ = done.recv_timeout(DRAIN_GRACE);
-        let output = capture
+        let mut output = capture
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .text();
+        if let Some(max) = too_many {
+            output.push_str(&format!(
+                "\n[the command started more than {max} processes at once; all of them were killed]"
+            ));
+        }
         ShellOutput {
             output,
-            exit_code: if timed_out {
+            exit_code: if timed_out || too_many.is_some() {
                 None
             } else {
                 status.ok().and_then(exit_code)
