@@ -15,8 +15,8 @@ use clap::Args;
 use lilypad_agent::archive::{ImportLimits, import_dir};
 use lilypad_agent::{
     AgentConfig, AgentEvent, Change, FileChange, LanguageModel, ProgramIo, PythonRunner, RepoError,
-    RepoPath, Repository, Sampling, ScriptedModel, Snapshot, Toolbox, Trajectory, VersionControl,
-    VirtualRepo, VirtualShell, run_agent,
+    RepoPath, Repository, Sampling, Sandbox, ScriptedModel, Snapshot, Toolbox, Trajectory,
+    VersionControl, VirtualRepo, VirtualShell, run_agent,
 };
 use lilypad_chat::ChatSession;
 use serde::{Deserialize, Serialize};
@@ -95,6 +95,9 @@ pub struct Settings {
     /// Let `python`/`pytest` run with the real Python in a scratch copy of the snapshot. Off by
     /// default: the code runs on the user's machine, so the editor asks for it explicitly.
     pub python: bool,
+    /// Run that Python in the bubblewrap sandbox (no network, only its scratch copy writable,
+    /// limits). On by default; without bwrap a request with `python` fails unless this is off.
+    pub sandbox: bool,
 }
 
 impl Default for Settings {
@@ -109,6 +112,7 @@ impl Default for Settings {
             top_k: config.sampling.top_k,
             seed: 0,
             python: false,
+            sandbox: true,
         }
     }
 }
@@ -270,7 +274,11 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
     let mut shell =
         VirtualShell::new().with_version_control(Box::new(BaselineVcs(repo.baseline().clone())));
     if settings.python {
-        shell = shell.with_python(Box::new(ScratchPython));
+        let sandbox = match settings.sandbox {
+            true => Sandbox::detect().map_err(|e| Failure(ErrorCode::BadRequest, e.to_string()))?,
+            false => Sandbox::Off,
+        };
+        shell = shell.with_python(Box::new(ScratchPython { sandbox }));
     }
     let mut toolbox = Toolbox::new(Box::new(shell));
     let trajectory = match model {
@@ -517,7 +525,9 @@ impl VersionControl for BaselineVcs {
 /// Runs `python`/`pytest` with the machine's Python in a scratch copy of the snapshot, then
 /// copies the files it changed back into the snapshot (caches excluded by the snapshot rules).
 /// The workspace itself is never touched.
-struct ScratchPython;
+struct ScratchPython {
+    sandbox: Sandbox,
+}
 
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -529,7 +539,7 @@ impl PythonRunner for ScratchPython {
         argv: &[String],
         io: &mut ProgramIo,
     ) -> i32 {
-        match run_python(repo, cwd, argv, io) {
+        match run_python(&self.sandbox, repo, cwd, argv, io) {
             Ok(code) => code,
             Err(e) => {
                 io.write_stderr(
@@ -542,6 +552,7 @@ impl PythonRunner for ScratchPython {
 }
 
 fn run_python(
+    sandbox: &Sandbox,
     repo: &mut dyn Repository,
     cwd: &RepoPath,
     argv: &[String],
@@ -562,15 +573,25 @@ fn run_python(
     }
     std::fs::create_dir_all(dir.join(cwd.as_str())).map_err(|e| e.to_string())?;
     let python = std::env::var("LILYPAD_PYTHON").unwrap_or_else(|_| "python3".into());
-    let mut cmd = std::process::Command::new(&python);
+    let mut words = vec![python.clone()];
     match argv.first().map(String::as_str) {
-        Some("pytest") => cmd.args(["-m", "pytest"]),
+        Some("pytest") => words.extend(["-m".into(), "pytest".into()]),
         Some("pip" | "pip3") => return Err("installing packages is not available here".into()),
-        _ => &mut cmd,
-    };
-    cmd.args(&argv[1.min(argv.len())..])
-        .current_dir(dir.join(cwd.as_str()))
-        .env("PYTHONDONTWRITEBYTECODE", "1")
+        _ => {}
+    }
+    words.extend(argv[1.min(argv.len())..].iter().cloned());
+    // The scratch copy is the sandbox's one writable folder; the program starts in `cwd`.
+    let script = format!(
+        "cd {} && exec {}",
+        shell_quote(&dir.join(cwd.as_str()).to_string_lossy()),
+        words
+            .iter()
+            .map(|w| shell_quote(w))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let (mut cmd, _cgroup) = sandbox.command(&dir, &script);
+    cmd.env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -624,6 +645,11 @@ fn run_python(
             Ok(124)
         }
     }
+}
+
+/// `s` as one word for `bash -c`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 struct RemoveOnDrop(PathBuf);
@@ -733,6 +759,76 @@ mod tests {
         );
         assert!(done["patch"].as_str().unwrap().contains("-x = 1\n+x = 2\n"));
         assert_eq!(done["trajectory"]["steps"].as_array().unwrap().len(), 3);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// With `python`, pytest runs for real in the sandbox on a scratch copy: its result reaches
+    /// the model, a file the program writes comes back into the snapshot, and the network is
+    /// out of reach. Skipped without bwrap or pytest unless scripts/test.sh requires them.
+    #[test]
+    fn python_runs_sandboxed_on_a_scratch_copy() {
+        let require = |v: &str| std::env::var(v).as_deref() == Ok("1");
+        if let Err(e) = Sandbox::detect() {
+            assert!(!require("LILYPAD_REQUIRE_SANDBOX"), "{e}");
+            return eprintln!("skipped: {e}");
+        }
+        let has_pytest = std::process::Command::new("python3")
+            .args(["-m", "pytest", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !has_pytest {
+            assert!(
+                !require("LILYPAD_REQUIRE_PYTEST"),
+                "python3 -m pytest is missing"
+            );
+            return eprintln!("skipped: python3 -m pytest is missing");
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let dir = std::env::temp_dir().join(format!("lilypad-stdio-py-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let call = |command: String| {
+            format!(
+                "<tool_call>\n{}\n</tool_call>",
+                serde_json::json!({"name": "Bash", "arguments": {"command": command}})
+            )
+        };
+        let replies = [
+            call("pytest -q -p no:cacheprovider".into()),
+            call("python -c \"open('out.txt', 'w').write('made')\"".into()),
+            call(format!(
+                "python -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2); print('reached')\""
+            )),
+            "Done.".to_string(),
+        ];
+        let script = dir.join("replies.json");
+        std::fs::write(&script, serde_json::to_string(&replies).unwrap()).unwrap();
+        let line = serde_json::json!({
+            "type": "solve", "task": "run the tests",
+            "model": {"scripted": script},
+            "repo": {"files": [{"path": "test_a.py", "text": "def test_a():\n    assert 1 + 1 == 2\n"}]},
+            "settings": {"python": true},
+        })
+        .to_string();
+        let (result, events) = run_line(&line);
+        result.map_err(|f| f.1).unwrap();
+        let observations: Vec<&str> = events
+            .iter()
+            .filter(|e| e["type"] == "tool_finished")
+            .map(|e| e["observation"].as_str().unwrap())
+            .collect();
+        assert!(observations[0].contains("1 passed"), "{observations:?}");
+        assert!(!observations[2].contains("reached"), "{observations:?}");
+        listener.set_nonblocking(true).unwrap();
+        assert!(listener.accept().is_err(), "the sandbox reached the host");
+        let done = events.last().unwrap();
+        let changes = done["changes"].as_array().unwrap();
+        assert!(
+            changes
+                .iter()
+                .any(|c| c["path"] == "out.txt" && c["text"] == "made"),
+            "{done}"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }
