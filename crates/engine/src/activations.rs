@@ -322,28 +322,35 @@ impl ActivationStore {
                 .map(|&k| layer(mixer(k, true)?, Some(z("x in", e)?), Some(z("x mid", e)?)))
                 .collect::<Result<Vec<_>>>()?,
             ActivationMode::Shared | ActivationMode::Checkpoint => {
-                // One buffer set shared by every layer of a kind, and by both kinds where
-                // they overlap: only the mixers differ.
-                let mut base = layer(mixer(shape.layers[0], saving)?, None, None)?;
+                // One set of buffers for every layer; only the mixer differs by kind, so
+                // there is one mixer set per kind the model has.
+                let mut shared = layer(mixer(shape.layers[0], saving)?, None, None)?;
                 if mode == ActivationMode::Shared {
-                    base.mlp_in = base.mixer_in.clone();
+                    shared.mlp_in = shared.mixer_in.clone();
                 }
-                let mut other: Option<MixerActivations> = None;
+                let mut mixers = vec![(shape.layers[0], shared.mixer.clone())];
+                for &k in &shape.layers {
+                    if !mixers.iter().any(|(kind, _)| *kind == k) {
+                        mixers.push((k, mixer(k, saving)?));
+                    }
+                }
                 shape
                     .layers
                     .iter()
                     .map(|&k| {
-                        let mut l = base.clone();
-                        if k != shape.layers[0] {
-                            if other.is_none() {
-                                other = Some(mixer(k, saving)?);
-                            }
-                            l.mixer = other.clone().expect("made above");
-                        }
-                        if mode == ActivationMode::Checkpoint {
-                            l.x_in = Some(z("x in", e)?);
-                        }
-                        Ok(l)
+                        let x_in = match mode {
+                            ActivationMode::Checkpoint => Some(z("x in", e)?),
+                            _ => None,
+                        };
+                        let (_, mixer) = mixers
+                            .iter()
+                            .find(|(kind, _)| *kind == k)
+                            .expect("made above");
+                        Ok(LayerActivations {
+                            x_in,
+                            mixer: mixer.clone(),
+                            ..shared.clone()
+                        })
                     })
                     .collect::<Result<Vec<_>>>()?
             }
