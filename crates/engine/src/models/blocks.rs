@@ -265,7 +265,7 @@ impl Attention {
             .to_vec()
     }
 
-    /// x += wo · attention(norm(x)), over the layer's activations `l`.
+    /// x += wo · attention(xn), xn the normed input `record_layer` left in `l.mixer_in`.
     pub fn record(
         &self,
         g: &mut Graph,
@@ -277,15 +277,6 @@ impl Attention {
             EngineError::Config("an attention layer needs attention activations".into())
         })?;
         let xn = &l.mixer_in;
-        g.rms_norm(
-            &l.x,
-            &self.norm,
-            None,
-            xn,
-            l.mixer_rstd.as_ref(),
-            s.eps,
-            Write::Set,
-        )?;
         let (q_rstd, k_rstd) = match &a.qk_rstd {
             Some((q, k)) => (Some(q), Some(k)),
             None => (None, None),
@@ -384,17 +375,8 @@ impl Mlp {
         [&mut self.gate, &mut self.up, &mut self.down]
     }
 
-    /// x += down · (silu(gate · norm(x)) ⊙ (up · norm(x))).
-    pub fn record(&self, g: &mut Graph, eps: f32, l: &LayerActivations) -> Result<()> {
-        g.rms_norm(
-            &l.x,
-            &self.norm,
-            None,
-            &l.mlp_in,
-            l.mlp_rstd.as_ref(),
-            eps,
-            Write::Set,
-        )?;
+    /// x += down · (silu(gate · xn) ⊙ (up · xn)), xn the normed input in `l.mlp_in`.
+    pub fn record(&self, g: &mut Graph, l: &LayerActivations) -> Result<()> {
         g.matvec(&self.gate, &l.mlp_in, &l.gate, Write::Set)?;
         g.matvec(&self.up, &l.mlp_in, &l.up, Write::Set)?;
         g.silu_mul(&l.gate, &l.up, &l.act)?;
@@ -402,11 +384,14 @@ impl Mlp {
     }
 }
 
-/// One layer: `mixer` (attention or DeltaNet) then the MLP, keeping the layer's input and
-/// the residual between them where the activations ask for it.
+/// One pre-norm layer: x normed by `mixer_norm` into `l.mixer_in`, `mixer` (attention or
+/// DeltaNet), x normed by the MLP's norm into `l.mlp_in`, the MLP; keeping the layer's input
+/// and the residual between them where the activations ask for it. Both norms keep their
+/// reciprocal RMS when the activations have room for it.
 pub fn record_layer(
     g: &mut Graph,
     l: &LayerActivations,
+    mixer_norm: &Tensor,
     mixer: impl FnOnce(&mut Graph) -> Result<()>,
     mlp: &Mlp,
     eps: f32,
@@ -414,9 +399,27 @@ pub fn record_layer(
     if let Some(x_in) = &l.x_in {
         g.copy(&l.x, x_in)?;
     }
+    g.rms_norm(
+        &l.x,
+        mixer_norm,
+        None,
+        &l.mixer_in,
+        l.mixer_rstd.as_ref(),
+        eps,
+        Write::Set,
+    )?;
     mixer(g)?;
     if let Some(x_mid) = &l.x_mid {
         g.copy(&l.x, x_mid)?;
     }
-    mlp.record(g, eps, l)
+    g.rms_norm(
+        &l.x,
+        &mlp.norm,
+        None,
+        &l.mlp_in,
+        l.mlp_rstd.as_ref(),
+        eps,
+        Write::Set,
+    )?;
+    mlp.record(g, l)
 }

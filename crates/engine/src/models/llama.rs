@@ -255,7 +255,7 @@ impl Forward for Llama {
     fn record_layer(&self, g: &mut Graph, i: usize, l: &LayerActivations) -> Result<()> {
         let (attention, mlp) = &self.layers[i];
         let mixer = |g: &mut Graph| attention.record(g, &self.attention, l, &self.freqs);
-        record_layer(g, l, mixer, mlp, self.eps)
+        record_layer(g, l, &attention.norm, mixer, mlp, self.eps)
     }
 
     fn output_norm(&self) -> &Tensor {

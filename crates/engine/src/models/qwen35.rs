@@ -395,22 +395,13 @@ impl DeltaNet {
         .to_vec()
     }
 
-    /// x += ssm_out · gated_norm(delta_rule(conv(qkv · norm(x)))), over the layer's
-    /// activations `l`.
+    /// x += ssm_out · gated_norm(delta_rule(conv(qkv · xn))), xn the normed input
+    /// `record_layer` left in `l.mixer_in`.
     pub fn record(&self, g: &mut Graph, cfg: &Qwen35Config, l: &LayerActivations) -> Result<()> {
         let d = l.delta_net().ok_or_else(|| {
             EngineError::Config("a DeltaNet layer needs DeltaNet activations".into())
         })?;
         let xn = &l.mixer_in;
-        g.rms_norm(
-            &l.x,
-            &self.norm,
-            None,
-            xn,
-            l.mixer_rstd.as_ref(),
-            cfg.rms_eps,
-            Write::Set,
-        )?;
         g.matvec(&self.qkv, xn, &d.qkv_raw, Write::Set)?;
         g.matvec(&self.z, xn, &d.z, Write::Set)?;
         g.matvec(&self.beta, xn, &d.beta, Write::Set)?;
@@ -550,11 +541,15 @@ impl Forward for Qwen35 {
 
     fn record_layer(&self, g: &mut Graph, i: usize, l: &LayerActivations) -> Result<()> {
         let (mixer, mlp) = &self.layers[i];
-        let mixer = |g: &mut Graph| match mixer {
+        let norm = match mixer {
+            Mixer::Attention(attention) => &attention.norm,
+            Mixer::DeltaNet(delta) => &delta.norm,
+        };
+        let record = |g: &mut Graph| match mixer {
             Mixer::Attention(attention) => attention.record(g, &self.attention, l, &self.freqs),
             Mixer::DeltaNet(delta) => delta.record(g, &self.cfg, l),
         };
-        record_layer(g, l, mixer, mlp, self.cfg.rms_eps)
+        record_layer(g, l, norm, record, mlp, self.cfg.rms_eps)
     }
 
     fn output_norm(&self) -> &Tensor {
