@@ -805,7 +805,8 @@ fn rope_per_token_positions_match_reference() {
 }
 
 /// f64 GQA: token t, at position pos of the sequence whose cache rows start at `first`
-/// (`seen[t]` = (first, pos)), attends over cache rows first ..= first + pos.
+/// (`seen[t]` = (first, pos)), attends over cache rows first ..= first + pos. Returns the
+/// outputs and each (token, head)'s log-sum-exp of its scaled scores.
 #[allow(clippy::too_many_arguments)]
 fn attention_reference(
     q: &[f32],
@@ -816,8 +817,9 @@ fn attention_reference(
     nkv: usize,
     hd: usize,
     scale: f32,
-) -> Vec<f64> {
+) -> (Vec<f64>, Vec<f64>) {
     let mut want = vec![0f64; seen.len() * nh * hd];
+    let mut lse = Vec::with_capacity(seen.len() * nh);
     for (t, &(first, pos)) in seen.iter().enumerate() {
         let rows = first..=first + pos;
         for h in 0..nh {
@@ -834,6 +836,7 @@ fn attention_reference(
                 .collect();
             let m = scores.iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+            lse.push(m + z.ln());
             for d in 0..hd {
                 want[(t * nh + h) * hd + d] = rows
                     .clone()
@@ -843,7 +846,7 @@ fn attention_reference(
             }
         }
     }
-    want
+    (want, lse)
 }
 
 /// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
@@ -871,23 +874,14 @@ fn attention_matches_reference() {
             .unwrap();
         let scale = 1.0 / (hd as f32).sqrt();
         let s = step(&ctx, tokens, pos0);
+        let (qb, kb, vb) = (buf_f32(&ctx, &q), buf_f32(&ctx, &k), buf_f32(&ctx, &v));
         for layout in [
             AttentionLayout::PerThread { subgroups: true },
             AttentionLayout::PerThread { subgroups: false },
             AttentionLayout::PerWorkgroup,
         ] {
             let d = ops::attention::attention(
-                &ctx,
-                layout,
-                &buf_f32(&ctx, &q),
-                &buf_f32(&ctx, &k),
-                &buf_f32(&ctx, &v),
-                &out,
-                n_head,
-                n_kv,
-                hd,
-                scale,
-                &s,
+                &ctx, layout, &qb, &kb, &vb, &out, n_head, n_kv, hd, scale, &s,
             )
             .unwrap();
             run(&ctx, &[d], tokens);
@@ -895,7 +889,7 @@ fn attention_matches_reference() {
             let seen: Vec<(usize, usize)> = (0..tokens as usize)
                 .map(|t| (0, pos0 as usize + t))
                 .collect();
-            let want = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
+            let (want, want_lse) = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
             let what = format!(
                 "attention {layout:?} heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
             );
@@ -914,9 +908,9 @@ fn attention_matches_reference() {
             let d = ops::attention::attention_saving(
                 &ctx,
                 layout,
-                &buf_f32(&ctx, &q),
-                &buf_f32(&ctx, &k),
-                &buf_f32(&ctx, &v),
+                &qb,
+                &kb,
+                &vb,
                 &out2,
                 Some(&lse),
                 n_head,
@@ -928,7 +922,6 @@ fn attention_matches_reference() {
             .unwrap();
             run(&ctx, &[d], tokens);
             assert_eq!(read(&ctx, &out2, q.len()), got, "{what}: out with lse");
-            let want_lse = lse_reference(&q, &k, &seen, nh, nkv, hd_, scale);
             // A log-sum-exp is O(1) to O(log positions): 1e-5 relative to |want| + 1.
             assert_close(
                 &read(&ctx, &lse, want_lse.len()),
@@ -939,36 +932,6 @@ fn attention_matches_reference() {
             );
         }
     }
-}
-
-/// log Σ_p exp(scale · q[t, h] · k[p]) over the positions token t sees, per (token, head).
-fn lse_reference(
-    q: &[f32],
-    k: &[f32],
-    seen: &[(usize, usize)],
-    nh: usize,
-    nkv: usize,
-    hd: usize,
-    scale: f32,
-) -> Vec<f64> {
-    let mut out = Vec::new();
-    for (t, &(first, pos)) in seen.iter().enumerate() {
-        for h in 0..nh {
-            let kh = h / (nh / nkv);
-            let qv = &q[(t * nh + h) * hd..][..hd];
-            let scores: Vec<f64> = (first..=first + pos)
-                .map(|p| {
-                    (0..hd)
-                        .map(|d| qv[d] as f64 * k[(p * nkv + kh) * hd + d] as f64)
-                        .sum::<f64>()
-                        * scale as f64
-                })
-                .collect();
-            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
-            out.push(m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln());
-        }
-    }
-    out
 }
 
 /// Attention of batched steps over a cache of 3 sequence slots × 100 rows, random everywhere:
@@ -1026,7 +989,7 @@ fn attention_batched_sequences_match_reference() {
                     ((slot * context) as usize, pos as usize)
                 })
                 .collect();
-            let want = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
+            let (want, _) = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
             for layout in [
                 AttentionLayout::PerThread { subgroups: true },
                 AttentionLayout::PerThread { subgroups: false },
