@@ -111,7 +111,7 @@ impl Shell for NativeShell {
         // Only the command may hold the write end, or reading would never see its end.
         drop(writer);
         // The cgroup (if any) is removed when this goes out of scope, after the kill below.
-        let (mut child, _cgroup) = match spawned {
+        let (mut child, cgroup) = match spawned {
             Ok(spawned) => spawned,
             Err(e) => return failed(format!("failed to start a shell: {e}")),
         };
@@ -120,7 +120,11 @@ impl Shell for NativeShell {
 
         let deadline = Instant::now() + timeout;
         let mut pause = Duration::from_millis(1);
-        let max_processes = self.sandbox.limits().map(|l| l.processes);
+        // A pids cgroup bounds the processes in the kernel; without one, count them here.
+        let max_processes = match cgroup {
+            Some(_) => None,
+            None => self.sandbox.limits().map(|l| l.processes),
+        };
         let mut too_many = None;
         let timed_out = loop {
             if exited(&mut child) {
