@@ -22,7 +22,7 @@ use lilypad_chat::ChatSession;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Loaded, ModelArgs};
+use lilypad_cli::{Loaded, ModelArgs};
 
 #[derive(Args)]
 pub struct AgentArgs {}

@@ -12,7 +12,7 @@ use lilypad_agent::{
 };
 use lilypad_chat::ChatSession;
 
-use crate::{Loaded, ModelArgs};
+use lilypad_cli::{Loaded, ModelArgs};
 
 #[derive(Args)]
 pub struct SolveArgs {
@@ -212,7 +212,7 @@ fn default_out_dir(repo: &Path) -> PathBuf {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let models = crate::download::default_cache_dir();
+    let models = lilypad_cli::download::default_cache_dir();
     models
         .parent()
         .unwrap_or(&models)

@@ -56,11 +56,16 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         (None, None) => bail!("give --text or --file"),
     };
     let local = std::path::Path::new(&args.model);
-    let mut tok = if crate::checkpoint::is_checkpoint(local) {
-        crate::checkpoint::tokenizer(local)?
+    let mut tok = if lilypad_cli::checkpoint::is_checkpoint(local) {
+        lilypad_cli::checkpoint::tokenizer(local)?
     } else {
-        let (path, _src, file) = crate::open_file(&args.model, None, crate::Quantize::None, false)?;
-        crate::open_tokenizer(&path, &file)?
+        let (path, _src, file) = lilypad_cli::open_file(
+            &args.model,
+            None,
+            lilypad_cli::checkpoint::Quantize::None,
+            false,
+        )?;
+        lilypad_cli::open_tokenizer(&path, &file)?
     };
     if args.no_bos {
         tok.add_bos = false;

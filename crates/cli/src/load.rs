@@ -1,0 +1,237 @@
+//! Opening a model for the command line and for `train-native`: a GGUF path or URL (downloaded
+//! once) or a checkpoint folder, its tokenizer, the GPU, and an optional LoRA adapter.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use lilypad_engine::{AdapterOptions, GpuContext, Model, ModelOptions, SamplingParams};
+use lilypad_gguf::{GgufFile, MmapSource};
+use lilypad_tokenizer::{ChatMessage, TextTokenizer};
+
+use crate::checkpoint::{self, ModelBytes, Quantize};
+use crate::{download, lora};
+
+#[derive(Args)]
+pub struct ModelArgs {
+    /// GGUF path or http(s) URL (downloaded once into the cache), or a Hugging Face
+    /// checkpoint folder (config.json, *.safetensors, tokenizer.json) converted on load.
+    #[arg(long, short)]
+    pub model: String,
+    /// What a checkpoint folder's matrices are quantized to on load.
+    #[arg(long, value_enum, default_value_t)]
+    pub quantize: Quantize,
+    /// Expected sha256 of a downloaded model.
+    #[arg(long)]
+    pub sha256: Option<String>,
+    /// A LoRA adapter folder in PEFT's format (adapter_config.json and
+    /// adapter_model.safetensors) trained on this model's Hugging Face checkpoint.
+    #[arg(long, value_name = "DIR")]
+    pub lora: Option<PathBuf>,
+    /// Context length (KV cache positions).
+    #[arg(long)]
+    pub context: Option<u32>,
+    /// GPU adapter name substring or index (also LILYPAD_ADAPTER).
+    #[arg(long)]
+    pub adapter: Option<String>,
+    /// No progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Opens a GGUF (a path or a URL, downloaded once) or converts a checkpoint folder.
+pub fn open_file(
+    spec: &str,
+    sha256: Option<&str>,
+    quantize: Quantize,
+    quiet: bool,
+) -> Result<(PathBuf, ModelBytes, GgufFile)> {
+    let local = std::path::Path::new(spec);
+    let (path, src) = if checkpoint::is_checkpoint(local) {
+        if !quiet {
+            eprintln!("converting {spec} ({quantize:?})");
+        }
+        let bytes = checkpoint::convert(local, quantize)?;
+        (local.to_path_buf(), ModelBytes::Converted(bytes))
+    } else {
+        let path = download::resolve_model(spec, &download::default_cache_dir(), sha256, quiet)?;
+        let map = MmapSource::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        (path, ModelBytes::Mapped(map))
+    };
+    let file = GgufFile::read(&src).with_context(|| format!("reading {}", path.display()))?;
+    Ok((path, src, file))
+}
+
+/// The model's tokenizer: a checkpoint folder's `tokenizer.json`, or the GGUF's vocabulary.
+pub fn open_tokenizer(path: &std::path::Path, file: &GgufFile) -> Result<TextTokenizer> {
+    if checkpoint::is_checkpoint(path) {
+        checkpoint::tokenizer(path)
+    } else {
+        Ok(TextTokenizer::from_gguf(&file.metadata)?)
+    }
+}
+
+pub struct Loaded {
+    pub model: Model,
+    pub tok: TextTokenizer,
+    pub file: GgufFile,
+    pub src: ModelBytes,
+    /// The LoRA adapter put on the model (`--lora`), in one line.
+    pub lora: Option<String>,
+}
+
+impl Loaded {
+    pub fn open(args: &ModelArgs) -> Result<Self> {
+        Self::open_with_progress(args, 1, &mut |_| {})
+    }
+
+    /// Like [`Loaded::open`], also reporting GPU-upload progress (the stdio agent streams it).
+    pub fn open_with_progress(
+        args: &ModelArgs,
+        sequences: u32,
+        on_progress: &mut dyn FnMut(&lilypad_engine::LoadProgress),
+    ) -> Result<Self> {
+        let (path, src, file) = open_file(
+            &args.model,
+            args.sha256.as_deref(),
+            args.quantize,
+            args.quiet,
+        )?;
+        let tok = open_tokenizer(&path, &file)?;
+        let mut opts = AdapterOptions::from_env();
+        if let Some(a) = &args.adapter {
+            opts.name = Some(a.clone());
+        }
+        let ctx: Arc<GpuContext> = pollster::block_on(GpuContext::new(&opts))?;
+        if !args.quiet {
+            eprintln!("adapter: {}", ctx.adapter);
+        }
+        let bar = if args.quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(0)
+        };
+        bar.set_style(
+            ProgressStyle::with_template("loading {bar:30} {bytes}/{total_bytes} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        let opts = ModelOptions {
+            context: args.context,
+            sequences,
+            ..Default::default()
+        };
+        // The adapter is read and checked against the file before the upload starts.
+        let lora = args
+            .lora
+            .as_deref()
+            .map(|dir| lora::read(dir, &file))
+            .transpose()?;
+        let mut model = pollster::block_on(Model::load(ctx, &file, &src, &opts, &mut |p| {
+            bar.set_length(p.total_bytes);
+            bar.set_position(p.done_bytes);
+            bar.set_message(p.tensor.clone());
+            on_progress(&p);
+        }))?;
+        bar.finish_and_clear();
+        let mut lora_summary = None;
+        if let (Some(adapter), Some(dir)) = (&lora, &args.lora) {
+            model
+                .set_lora(Some(adapter))
+                .with_context(|| format!("applying the LoRA adapter {}", dir.display()))?;
+            let summary = lora::summary(dir, adapter);
+            if !args.quiet {
+                eprintln!("{summary}");
+            }
+            lora_summary = Some(summary);
+        }
+        Ok(Self {
+            model,
+            tok,
+            file,
+            src,
+            lora: lora_summary,
+        })
+    }
+
+    pub fn render_chat(&self, system: Option<&str>, turns: &[ChatMessage]) -> Result<String> {
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(ChatMessage::new("system", s));
+        }
+        messages.extend_from_slice(turns);
+        Ok(self
+            .tok
+            .template()?
+            .render(&messages, true, minijinja_undefined())?)
+    }
+
+    /// Generates and streams text to `out`; returns the text. Timings go to stderr.
+    pub fn stream(
+        &mut self,
+        prompt: &[u32],
+        sp: &SamplingParams,
+        max_tokens: usize,
+        out: &mut dyn Write,
+        quiet: bool,
+    ) -> Result<String> {
+        let start = Instant::now();
+        let mut first = None;
+        let mut detok = self.tok.stream();
+        let mut text = String::new();
+        let mut err = None;
+        let tok = &self.tok;
+        let generation = pollster::block_on(self.model.generate(
+            prompt,
+            sp,
+            max_tokens,
+            &|id| tok.is_stop(id),
+            &mut |id| {
+                first.get_or_insert_with(Instant::now);
+                if tok.is_stop(id) {
+                    return false;
+                }
+                match detok.push(id) {
+                    Ok(piece) => {
+                        text.push_str(&piece);
+                        let _ = out.write_all(piece.as_bytes());
+                        let _ = out.flush();
+                        true
+                    }
+                    Err(e) => {
+                        err = Some(e);
+                        false
+                    }
+                }
+            },
+        ))?;
+        if let Some(e) = err {
+            return Err(e.into());
+        }
+        let _ = writeln!(out);
+        let end = Instant::now();
+        if !quiet {
+            let first = first.unwrap_or(end);
+            let prefill = (first - start).as_secs_f64();
+            let decode = (end - first).as_secs_f64();
+            let n = generation.tokens.len().saturating_sub(1);
+            eprintln!(
+                "[prompt {} tokens ({} reused) in {:.2}s = {:.1} tok/s; generated {} tokens, {:.1} tok/s]",
+                generation.prompt_evaluated,
+                generation.prompt_reused,
+                prefill,
+                generation.prompt_evaluated as f64 / prefill.max(1e-9),
+                generation.tokens.len(),
+                n as f64 / decode.max(1e-9)
+            );
+        }
+        Ok(text)
+    }
+}
+
+fn minijinja_undefined() -> lilypad_tokenizer::TemplateValue {
+    lilypad_tokenizer::TemplateValue::UNDEFINED
+}
