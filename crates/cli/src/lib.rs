@@ -1,8 +1,11 @@
-//! Model loading shared by the `lilypad` command line and the `train-native` trainer.
+//! Model loading and agent settings shared by the `lilypad` command line and the
+//! `train-native` trainer.
 
+mod agent_args;
 pub mod checkpoint;
 pub mod download;
 mod load;
 pub mod lora;
 
+pub use agent_args::AgentArgs;
 pub use load::{Loaded, ModelArgs, open_file, open_tokenizer};

@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use lilypad_agent::{
-    AgentConfig, AgentEvent, DiskRepo, NativeShell, Repository, Sampling, Sandbox, Toolbox,
-    Trajectory, run_agent,
+    AgentEvent, DiskRepo, NativeShell, Repository, Sandbox, Toolbox, Trajectory, run_agent,
 };
 use lilypad_chat::ChatSession;
 
-use lilypad_cli::{Loaded, ModelArgs};
+use lilypad_cli::{AgentArgs, Loaded, ModelArgs};
 
 #[derive(Args)]
 pub struct SolveArgs {
@@ -31,25 +30,11 @@ pub struct SolveArgs {
     /// The task, from a file.
     #[arg(long)]
     task_file: Option<PathBuf>,
-    #[arg(long, default_value_t = 30)]
-    max_steps: usize,
-    /// Token budget of one model reply.
-    #[arg(long, default_value_t = 2048)]
-    max_tokens_per_step: usize,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// Folder for patch.diff and trajectory.json (default: a new folder under the cache).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Ask the model to answer without a thinking phase.
-    #[arg(long)]
-    no_thinking: bool,
-    #[arg(long, default_value_t = 0.6)]
-    temperature: f32,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 20)]
-    top_k: u32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Run the model's commands unconfined. By default each runs in a bubblewrap sandbox: no
     /// network, the repository the only writable folder, the home folder hidden, limits on
     /// CPU time, memory, processes, open files and file size, every process killed with it.
@@ -88,18 +73,7 @@ pub fn run(args: &SolveArgs) -> Result<()> {
     let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
     let shell = NativeShell::new(PathBuf::from(repo.root())).sandboxed(sandbox);
     let mut toolbox = Toolbox::new(Box::new(shell));
-    let config = AgentConfig {
-        max_steps: args.max_steps,
-        max_tokens_per_step: args.max_tokens_per_step,
-        enable_thinking: !args.no_thinking,
-        sampling: Sampling {
-            temperature: args.temperature,
-            top_p: args.top_p,
-            top_k: args.top_k,
-            seed: args.seed,
-        },
-        ..AgentConfig::default()
-    };
+    let config = args.agent.config(args.agent.seed);
     let traj_path = out.join("trajectory.json");
     let patch_path = out.join("patch.diff");
     let quiet = args.model.quiet;

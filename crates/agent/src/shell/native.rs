@@ -35,6 +35,7 @@ pub struct NativeShell {
     dir: PathBuf,
     output_limit: usize,
     sandbox: Sandbox,
+    env: Vec<(String, String)>,
 }
 
 impl NativeShell {
@@ -45,6 +46,7 @@ impl NativeShell {
             dir,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             sandbox: Sandbox::Off,
+            env: Vec::new(),
         }
     }
 
@@ -57,6 +59,13 @@ impl NativeShell {
     /// Keeps at most `bytes` of each command's output (its start and its end).
     pub fn with_output_limit(mut self, bytes: usize) -> Self {
         self.output_limit = bytes.max(2);
+        self
+    }
+
+    /// Sets an environment variable for every command (e.g. the PYTHONPATH a project's tests
+    /// need to import the repository's own code).
+    pub fn with_env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
         self
     }
 
@@ -80,6 +89,7 @@ impl NativeShell {
                 .env("PAGER", "cat")
                 .env("GIT_PAGER", "cat")
                 .env("GIT_TERMINAL_PROMPT", "0")
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
                 .spawn();
             match spawned {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => last_error = Some(e),
