@@ -1,6 +1,7 @@
 //! `train-native`: the environments, tasks, calibration and evaluation that reinforcement
 //! learning of lilypad's coding agent runs on, natively on one machine.
 
+mod calibrate;
 mod envs;
 mod eval;
 mod manifest;
@@ -47,6 +48,44 @@ enum Command {
     /// Run the agent k times on each task and grade it with the tests: resolve rate (Avg@k),
     /// pass@k, per project and per kind of bug.
     Eval(EvalArgs),
+    /// Measure each task's solve rate p̂ with k rollouts, refine out-of-band tasks (more or
+    /// fewer hints, a second bug) and measure again; write the pool weighted by p̂(1 − p̂).
+    Calibrate(CalibrateArgs),
+}
+
+#[derive(Args)]
+struct CalibrateArgs {
+    #[command(flatten)]
+    model: lilypad_cli::ModelArgs,
+    #[command(flatten)]
+    selection: Selection,
+    /// The tasks (JSONL; default: tasks/tasks.jsonl in the --dir folder).
+    #[arg(long)]
+    tasks: Option<PathBuf>,
+    /// Which tasks: train, eval or all.
+    #[arg(long, default_value = "train")]
+    split: String,
+    /// Rollouts per measurement.
+    #[arg(short, long, default_value_t = 4)]
+    k: usize,
+    /// At most this many tasks, taken in turn from each project.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Refinements of one task at most.
+    #[arg(long, default_value_t = 3)]
+    max_rounds: usize,
+    /// Tasks in the iteration's pool, sampled by weight p̂(1 − p̂) from the in-band tasks.
+    #[arg(long, default_value_t = 300)]
+    pool_size: usize,
+    /// The training iteration the pool is for (seeds its sampling).
+    #[arg(long, default_value_t = 0)]
+    iteration: usize,
+    #[command(flatten)]
+    agent: lilypad_cli::AgentArgs,
+    /// Folder for the rollouts, refined tasks, pool and summary (default:
+    /// runs/calibrate-<model> in the --dir folder). An existing one is resumed.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -156,6 +195,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Envs { command } => envs_command(&ws, command),
         Command::Synth(args) => synth_command(&ws, &args),
         Command::Eval(args) => eval_command(&ws, &args),
+        Command::Calibrate(args) => calibrate_command(&ws, &args),
     }
 }
 
@@ -453,20 +493,10 @@ fn eval_command(ws: &Workspace, args: &EvalArgs) -> Result<()> {
             t.set_hint_level(level);
         }
     }
-    let model_name = std::path::Path::new(&args.model.model)
-        .file_stem()
-        .map_or(args.model.model.clone(), |n| {
-            n.to_string_lossy().into_owned()
-        });
-    let lora = args.model.lora.as_ref().map_or(String::new(), |l| {
-        format!(
-            "-lora-{}",
-            l.file_name().unwrap_or_default().to_string_lossy()
-        )
-    });
+    let model_name = model_label(&args.model);
     let files = eval::EvalFiles {
         dir: args.out.clone().unwrap_or_else(|| {
-            eval::default_dir(&ws.root, &format!("eval-{model_name}{lora}-k{}", args.k))
+            eval::default_dir(&ws.root, &format!("eval-{model_name}-k{}", args.k))
         }),
     };
     std::fs::create_dir_all(files.dir.join("trajectories"))?;
@@ -553,5 +583,133 @@ fn eval_command(ws: &Workspace, args: &EvalArgs) -> Result<()> {
     eval::write_outputs(&files, &report, &rollouts)?;
     println!("\n{}", report.markdown());
     println!("report: {}", files.report_md().display());
+    Ok(())
+}
+
+fn model_label(model: &lilypad_cli::ModelArgs) -> String {
+    let name = std::path::Path::new(&model.model)
+        .file_stem()
+        .map_or(model.model.clone(), |n| n.to_string_lossy().into_owned());
+    match &model.lora {
+        Some(l) => format!(
+            "{name}-lora-{}",
+            l.file_name().unwrap_or_default().to_string_lossy()
+        ),
+        None => name,
+    }
+}
+
+fn calibrate_command(ws: &Workspace, args: &CalibrateArgs) -> Result<()> {
+    if !matches!(args.split.as_str(), "train" | "eval" | "all") {
+        bail!("--split is train, eval or all");
+    }
+    if args.k < 2 {
+        bail!("-k must be at least 2 for p̂ to fall between 0 and 1");
+    }
+    let envs = usable_envs(ws, &args.selection, "all")?;
+    let tasks_path = args
+        .tasks
+        .clone()
+        .unwrap_or_else(|| ws.root.join("tasks/tasks.jsonl"));
+    let all: Vec<task::Task> = task::read_tasks(&tasks_path)?;
+    let tasks = select_tasks(&tasks_path, &envs, &args.split, args.limit)?;
+    let label = model_label(&args.model);
+    let files = calibrate::CalibrationFiles {
+        dir: args
+            .out
+            .clone()
+            .unwrap_or_else(|| ws.root.join("runs").join(format!("calibrate-{label}"))),
+    };
+    println!(
+        "calibrating {} tasks, k = {}, in {}",
+        tasks.len(),
+        args.k,
+        files.dir.display()
+    );
+    let loaded = lilypad_cli::Loaded::open(&args.model)?;
+    let mut session = lilypad_chat::ChatSession::new(loaded.model, loaded.tok, &label)?;
+    let opts = calibrate::CalibrateOptions {
+        k: args.k,
+        max_rounds: args.max_rounds,
+        max_partners: 5,
+    };
+    let progress = bar(
+        tasks.len() as u64,
+        "{spinner} [{elapsed}] {pos}/{len} tasks {wide_msg}",
+    );
+    let mut failed = 0;
+    let calibrated = calibrate::calibrate(
+        ws,
+        &envs,
+        &tasks,
+        &all,
+        &mut session,
+        &args.agent,
+        &opts,
+        &files,
+        &mut |event| match event {
+            calibrate::Event::RolloutStarted(t, s) => progress.set_message(format!(
+                "{} (hint {}) rollout {}/{}",
+                t.instance_id,
+                t.hint_level,
+                s + 1,
+                args.k
+            )),
+            calibrate::Event::RolloutFinished(r) => progress.suspend(|| {
+                println!(
+                    "  #{} {}: {} after {} steps, FAIL_TO_PASS {}/{}, agent {:.0} s",
+                    r.sample,
+                    if r.resolved { "resolved" } else { "unresolved" },
+                    r.exit,
+                    r.steps,
+                    r.fail_to_pass_fixed,
+                    r.fail_to_pass,
+                    r.agent_s
+                )
+            }),
+            calibrate::Event::RolloutFailed(t, s, e) => {
+                failed += 1;
+                progress.suspend(|| println!("error {} #{s}: {e:#}", t.instance_id));
+            }
+            calibrate::Event::Measured(t, p) => progress
+                .suspend(|| println!("{:<60} hint {} p̂ = {p:.2}", t.instance_id, t.hint_level)),
+            calibrate::Event::Refined(t, how) => {
+                progress.suspend(|| println!("{:<60} refined: {how}", t.instance_id))
+            }
+            calibrate::Event::Finished(c) => {
+                progress
+                    .suspend(|| println!("{:<60} {:?} at p̂ = {:.2}", c.origin, c.status, c.p_hat));
+                progress.inc(1)
+            }
+        },
+    )?;
+    progress.finish_and_clear();
+    let mut pool = String::new();
+    for c in &calibrated {
+        pool.push_str(&serde_json::to_string(c)?);
+        pool.push('\n');
+    }
+    workspace::write_atomic(&files.pool(), pool.as_bytes())?;
+    let sampled = calibrate::sample_pool(&calibrated, args.pool_size, args.iteration as u64);
+    let mut text = String::new();
+    for c in &sampled {
+        text.push_str(&serde_json::to_string(&c.task)?);
+        text.push('\n');
+    }
+    workspace::write_atomic(&files.iteration_pool(args.iteration), text.as_bytes())?;
+    let summary = calibrate::summary(&label, args.k, &calibrated);
+    workspace::write_atomic(&files.summary(), summary.as_bytes())?;
+    println!("\n{summary}");
+    println!(
+        "pool: {} ({} tasks); iteration {} samples {} of them into {}",
+        files.pool().display(),
+        calibrated.len(),
+        args.iteration,
+        sampled.len(),
+        files.iteration_pool(args.iteration).display()
+    );
+    if failed > 0 {
+        bail!("{failed} rollouts failed to run (see above); run again to retry them");
+    }
     Ok(())
 }

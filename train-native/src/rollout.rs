@@ -200,7 +200,7 @@ pub fn rollout<M: LanguageModel>(
     on_step: &mut dyn FnMut(&Trajectory),
 ) -> Result<(Rollout, Trajectory)> {
     let sandbox = ws.sandbox(&env.project)?;
-    let work = ws.scratch_copy(&env.project, "rollout")?;
+    let work = ws.fixed_scratch_copy(&env.project, "rollout")?;
     let result = (|| {
         plant(&work, task)?;
         let mut repo = DiskRepo::open(&work)?;
@@ -275,7 +275,7 @@ mod tests {
 
     use super::*;
     use crate::manifest::Manifest;
-    use crate::synth::{SynthOptions, Verdict, validate};
+    use crate::synth::{Validator, Verdict};
     use lilypad_agent::ScriptedModel;
 
     fn call(name: &str, args: serde_json::Value) -> String {
@@ -291,32 +291,15 @@ mod tests {
         let project = manifest.select(&["inflection".to_string()]).unwrap()[0];
         let env = ws.load_env(project).expect("inflection is built");
         assert!(env.usable, "{}", env.reason);
-        let sandbox = ws.sandbox(project).unwrap();
-        let cmd = env.test_command(ws, run_timeout(&env));
-        let work = ws.scratch_copy(project, "test").unwrap();
-        let opts = SynthOptions {
-            per_project: 1,
-            max_tries: 1,
-            seed: 0,
-            hint_level: 1,
-        };
+        let validator = Validator::new(ws, &env).unwrap();
         let order = crate::synth::candidate_order(ws, &env, 7).unwrap();
         for m in order.into_iter().take(30) {
-            let original = std::fs::read_to_string(work.join(&m.file)).unwrap();
-            let buggy = m.apply(&original);
-            let (attempt, task) = validate(
-                &env,
-                &cmd,
-                &sandbox,
-                &work,
-                &[(&m, &original, &buggy)],
-                "k",
-                &opts,
-            )
-            .unwrap();
+            let original = std::fs::read_to_string(validator.work.join(&m.file)).unwrap();
+            let (attempt, task) = validator.mutation(&m, original.clone(), "t", 1).unwrap();
             if let Some(t) = task {
                 assert_eq!(attempt.verdict, Verdict::Valid);
-                let _ = std::fs::remove_dir_all(&work);
+                let buggy = m.apply(&original);
+                drop(validator);
                 return (env, t, original, buggy);
             }
         }

@@ -141,47 +141,32 @@ pub fn synthesize(
     if have >= opts.per_project {
         return Ok(made);
     }
-    let sandbox = ws.sandbox(&env.project)?;
-    let work = ws.scratch_copy(&env.project, "synth")?;
-    let cmd = env.test_command(ws, run_timeout(env));
+    let validator = Validator::new(ws, env)?;
     let mut seen_sources: HashSet<[u8; 32]> = HashSet::new();
-    let result = (|| {
-        for m in candidate_order(ws, env, opts.seed)? {
-            if have >= opts.per_project || made.len() >= opts.max_tries {
-                break;
-            }
-            let key = candidate_key(env, &m);
-            if tried.contains(&key) {
-                continue;
-            }
-            let original = std::fs::read_to_string(ws.project_src(&env.project).join(&m.file))?;
-            let buggy = m.apply(&original);
-            let digest: [u8; 32] = Sha256::digest(format!("{}\0{buggy}", m.file)).into();
-            let (attempt, task) = if seen_sources.insert(digest) {
-                validate(
-                    env,
-                    &cmd,
-                    &sandbox,
-                    &work,
-                    &[(&m, &original, &buggy)],
-                    &key,
-                    opts,
-                )?
-            } else {
-                (attempt_of(env, &m, &key, Verdict::Duplicate, 0, 0.0), None)
-            };
-            task::append_line(&files.attempts, &attempt)?;
-            if let Some(t) = task {
-                task::append_line(&files.tasks, &t)?;
-                have += 1;
-            }
-            progress(&attempt, have);
-            made.push(attempt);
+    for m in candidate_order(ws, env, opts.seed)? {
+        if have >= opts.per_project || made.len() >= opts.max_tries {
+            break;
         }
-        Ok(made)
-    })();
-    let _ = std::fs::remove_dir_all(&work);
-    result
+        let key = candidate_key(env, &m);
+        if tried.contains(&key) {
+            continue;
+        }
+        let original = std::fs::read_to_string(ws.project_src(&env.project).join(&m.file))?;
+        let digest: [u8; 32] = Sha256::digest(format!("{}\0{}", m.file, m.apply(&original))).into();
+        let (attempt, task) = if seen_sources.insert(digest) {
+            validator.mutation(&m, original, &key, opts.hint_level)?
+        } else {
+            (attempt_of(env, &m, &key, Verdict::Duplicate, 0, 0.0), None)
+        };
+        task::append_line(&files.attempts, &attempt)?;
+        if let Some(t) = task {
+            task::append_line(&files.tasks, &t)?;
+            have += 1;
+        }
+        progress(&attempt, have);
+        made.push(attempt);
+    }
+    Ok(made)
 }
 
 fn attempt_of(
@@ -241,84 +226,139 @@ pub fn judge(env: &Environment, report: &TestReport) -> Judgement {
     j
 }
 
-/// Plants `bugs` (mutation, original text, buggy text; distinct files) in `work`, runs the
-/// suite and restores the files; a valid result becomes a task.
-pub fn validate(
-    env: &Environment,
-    cmd: &TestCommand,
-    sandbox: &Sandbox,
-    work: &Path,
-    bugs: &[(&Mutation, &str, &str)],
-    key: &str,
-    opts: &SynthOptions,
-) -> Result<(Attempt, Option<Task>)> {
-    for (m, _, buggy) in bugs {
-        std::fs::write(work.join(&m.file), buggy)?;
+/// One file of a planted bug: its released text and its buggy text.
+pub struct PlantedFile {
+    pub file: String,
+    pub original: String,
+    pub buggy: String,
+}
+
+/// What the suite said of a planted bug; `task` when it is valid.
+pub struct Validation {
+    pub verdict: Verdict,
+    pub fail_to_pass: usize,
+    pub seconds: f64,
+    pub task: Option<Task>,
+}
+
+/// A scratch copy of one environment that candidate bugs are planted in, one at a time, and
+/// the suite run on in the sandbox. The copy is removed when the validator is dropped.
+pub struct Validator<'a> {
+    pub env: &'a Environment,
+    pub cmd: TestCommand,
+    pub sandbox: Sandbox,
+    pub work: PathBuf,
+}
+
+impl Drop for Validator<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.work);
     }
-    let report = cmd.run(work, sandbox, None);
-    for (m, original, _) in bugs {
-        std::fs::write(work.join(&m.file), original)?;
+}
+
+impl<'a> Validator<'a> {
+    pub fn new(ws: &Workspace, env: &'a Environment) -> Result<Self> {
+        Ok(Self {
+            env,
+            cmd: env.test_command(ws, run_timeout(env)),
+            sandbox: ws.sandbox(&env.project)?,
+            work: ws.scratch_copy(&env.project, "validate")?,
+        })
     }
-    let report = report?;
-    let j = judge(env, &report);
-    let first = bugs[0].0;
-    let attempt = attempt_of(
-        env,
-        first,
-        key,
-        j.verdict,
-        j.fail_to_pass.len(),
-        report.wall_s,
-    );
-    if j.verdict != Verdict::Valid {
-        return Ok((attempt, None));
-    }
-    let snapshot = |texts: &mut dyn Iterator<Item = (&str, &str)>| -> Result<_> {
-        let mut s = lilypad_agent::Snapshot::new();
-        for (file, text) in texts {
-            s.insert(RepoPath::new(file)?, text.as_bytes().to_vec());
+
+    /// Plants `files` (distinct files), runs the suite and restores them; a valid result
+    /// becomes the task `instance_id`, its statement at `hint_level`.
+    pub fn validate(
+        &self,
+        files: &[PlantedFile],
+        bugs: Vec<BugSite>,
+        instance_id: String,
+        hint_level: u8,
+    ) -> Result<Validation> {
+        let (env, work) = (self.env, &self.work);
+        for f in files {
+            std::fs::write(work.join(&f.file), &f.buggy)?;
         }
-        Ok(s)
-    };
-    let clean = snapshot(&mut bugs.iter().map(|(m, o, _)| (m.file.as_str(), *o)))?;
-    let buggy = snapshot(&mut bugs.iter().map(|(m, _, b)| (m.file.as_str(), *b)))?;
-    let failure = j
-        .fail_to_pass
-        .first()
-        .and_then(|id| report.tests.get(id))
-        .map(|r| task::failure_excerpt(&r.message, 25))
-        .unwrap_or_default();
-    let ops: Vec<&str> = bugs.iter().map(|(m, _, _)| m.operator.name()).collect();
-    let mut t = Task {
-        instance_id: format!("{}.{}.{key}", env.project.key(), ops.join("+")),
-        repo: env.project.name.clone(),
-        version: env.project.version.clone(),
-        split: env.project.split,
-        patch: lilypad_agent::patch::diff(&buggy, &clean),
-        test_patch: String::new(),
-        fail_to_pass: j.fail_to_pass,
-        pass_to_pass: j.pass_to_pass,
-        problem_statement: String::new(),
-        bug_patch: lilypad_agent::patch::diff(&clean, &buggy),
-        bugs: bugs
-            .iter()
-            .map(|(m, _, _)| BugSite {
-                operator: m.operator.name().to_string(),
-                file: m.file.clone(),
-                line: m.line,
-                function: m.function.clone(),
-            })
-            .collect(),
-        hints: Hints {
-            failing_tests: Vec::new(),
-            failure,
-        },
-        hint_level: 0,
-        validation_s: report.wall_s,
-    };
-    t.hints.failing_tests = t.fail_to_pass.clone();
-    t.set_hint_level(opts.hint_level);
-    Ok((attempt, Some(t)))
+        let report = self.cmd.run(work, &self.sandbox, None);
+        for f in files {
+            std::fs::write(work.join(&f.file), &f.original)?;
+        }
+        let report = report?;
+        let j = judge(env, &report);
+        let mut v = Validation {
+            verdict: j.verdict,
+            fail_to_pass: j.fail_to_pass.len(),
+            seconds: report.wall_s,
+            task: None,
+        };
+        if j.verdict != Verdict::Valid {
+            return Ok(v);
+        }
+        let snapshot = |text: &dyn Fn(&PlantedFile) -> &str| -> Result<lilypad_agent::Snapshot> {
+            let mut s = lilypad_agent::Snapshot::new();
+            for f in files {
+                s.insert(RepoPath::new(&f.file)?, text(f).as_bytes().to_vec());
+            }
+            Ok(s)
+        };
+        let clean = snapshot(&|f| &f.original)?;
+        let buggy = snapshot(&|f| &f.buggy)?;
+        let failure = j
+            .fail_to_pass
+            .first()
+            .and_then(|id| report.tests.get(id))
+            .map(|r| task::failure_excerpt(&r.message, 25))
+            .unwrap_or_default();
+        let mut t = Task {
+            instance_id,
+            repo: env.project.name.clone(),
+            version: env.project.version.clone(),
+            split: env.project.split,
+            patch: lilypad_agent::patch::diff(&buggy, &clean),
+            test_patch: String::new(),
+            fail_to_pass: j.fail_to_pass,
+            pass_to_pass: j.pass_to_pass,
+            problem_statement: String::new(),
+            bug_patch: lilypad_agent::patch::diff(&clean, &buggy),
+            bugs,
+            hints: Hints {
+                failing_tests: Vec::new(),
+                failure,
+            },
+            hint_level: 0,
+            validation_s: report.wall_s,
+        };
+        t.hints.failing_tests = t.fail_to_pass.clone();
+        t.set_hint_level(hint_level);
+        v.task = Some(t);
+        Ok(v)
+    }
+
+    /// Validates one mutation of `original` (its file's released text) as a task.
+    pub fn mutation(
+        &self,
+        m: &Mutation,
+        original: String,
+        key: &str,
+        hint_level: u8,
+    ) -> Result<(Attempt, Option<Task>)> {
+        let buggy = m.apply(&original);
+        let site = BugSite {
+            operator: m.operator.name().to_string(),
+            file: m.file.clone(),
+            line: m.line,
+            function: m.function.clone(),
+        };
+        let file = PlantedFile {
+            file: m.file.clone(),
+            original,
+            buggy,
+        };
+        let id = format!("{}.{}.{key}", self.env.project.key(), m.operator.name());
+        let v = self.validate(&[file], vec![site], id, hint_level)?;
+        let attempt = attempt_of(self.env, m, key, v.verdict, v.fail_to_pass, v.seconds);
+        Ok((attempt, v.task))
+    }
 }
 
 /// Yield per operator and per project from the attempts log.

@@ -71,6 +71,22 @@ impl Workspace {
         Ok(dir)
     }
 
+    /// A fresh copy of the project's source at a path that is the same for every call from
+    /// this process with this `tag` (the previous copy is replaced). Rollouts use it: the
+    /// agent's system prompt names the repository's root, so a stable root lets every
+    /// rollout reuse the model state computed for the prompt's shared beginning.
+    pub fn fixed_scratch_copy(&self, p: &Project, tag: &str) -> Result<PathBuf> {
+        let dir = self
+            .root
+            .join("scratch")
+            .join(format!("{tag}-{}", std::process::id()));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
+        }
+        copy_tree(&self.project_src(p), &dir)?;
+        Ok(dir)
+    }
+
     /// The sandbox for the project's commands: its venv on PATH (so the venv and the Python
     /// it comes from stay visible, read-only, in the hidden home folder).
     pub fn sandbox(&self, p: &Project) -> Result<Sandbox> {
