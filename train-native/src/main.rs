@@ -4,6 +4,7 @@
 mod calibrate;
 mod envs;
 mod eval;
+mod featadd;
 mod manifest;
 mod mutate;
 mod pytest;
@@ -51,6 +52,32 @@ enum Command {
     /// Measure each task's solve rate p̂ with k rollouts, refine out-of-band tasks (more or
     /// fewer hints, a second bug) and measure again; write the pool weighted by p̂(1 − p̂).
     Calibrate(CalibrateArgs),
+    /// Ask the model, through the agent, for small features and changes in each project, and
+    /// keep what its edits break in the tests as tasks ("FeatAdd" bugs).
+    Featadd(FeatAddArgs),
+}
+
+#[derive(Args)]
+struct FeatAddArgs {
+    #[command(flatten)]
+    model: lilypad_cli::ModelArgs,
+    #[command(flatten)]
+    selection: Selection,
+    /// Which projects: train, eval or all.
+    #[arg(long, default_value = "train")]
+    split: String,
+    /// Requests per project (counting earlier runs').
+    #[arg(long, default_value_t = 4)]
+    tries: usize,
+    /// How much the problem statements say (0–3, as for synth).
+    #[arg(long, default_value_t = 1)]
+    hint_level: u8,
+    #[command(flatten)]
+    agent: lilypad_cli::AgentArgs,
+    /// Folder for tasks.jsonl, attempts.jsonl and the runs' trajectories (default: tasks/ in
+    /// the --dir folder).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -196,6 +223,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Synth(args) => synth_command(&ws, &args),
         Command::Eval(args) => eval_command(&ws, &args),
         Command::Calibrate(args) => calibrate_command(&ws, &args),
+        Command::Featadd(args) => featadd_command(&ws, &args),
     }
 }
 
@@ -711,5 +739,82 @@ fn calibrate_command(ws: &Workspace, args: &CalibrateArgs) -> Result<()> {
     if failed > 0 {
         bail!("{failed} rollouts failed to run (see above); run again to retry them");
     }
+    Ok(())
+}
+
+fn featadd_command(ws: &Workspace, args: &FeatAddArgs) -> Result<()> {
+    if !matches!(args.split.as_str(), "train" | "eval" | "all") {
+        bail!("--split is train, eval or all");
+    }
+    let envs = usable_envs(ws, &args.selection, &args.split)?;
+    let dir = args.out.clone().unwrap_or_else(|| ws.root.join("tasks"));
+    let files = synth::SynthFiles::in_dir(&dir);
+    let trajectories = dir.join("featadd");
+    std::fs::create_dir_all(&trajectories)?;
+    let label = model_label(&args.model);
+    let loaded = lilypad_cli::Loaded::open(&args.model)?;
+    let mut session = lilypad_chat::ChatSession::new(loaded.model, loaded.tok, &label)?;
+    let progress = bar(
+        (envs.len() * args.tries) as u64,
+        "{spinner} [{elapsed}] {pos}/{len} requests {wide_msg}",
+    );
+    for env in &envs {
+        let done = task::read_lines::<synth::Attempt>(&files.attempts)?
+            .iter()
+            .filter(|a| a.project == env.project.name && a.operator == "featadd")
+            .count();
+        progress.inc(done.min(args.tries) as u64);
+        if done >= args.tries || env.source_files.is_empty() {
+            continue;
+        }
+        let validator = synth::Validator::new(ws, env)?;
+        for n in done..args.tries {
+            let file =
+                &env.source_files[rollout::rollout_seed(args.agent.seed, &env.project.key(), n)
+                    as usize
+                    % env.source_files.len()];
+            let ask = featadd::request(n, file);
+            progress.set_message(format!("{}: {file}", env.project.name));
+            let config = args
+                .agent
+                .config(rollout::rollout_seed(args.agent.seed, file, n));
+            let trajectory = trajectories.join(format!("{}.{n}.json", env.project.key()));
+            let (attempt, task) = featadd::attempt(
+                ws,
+                env,
+                &validator,
+                &mut session,
+                &config,
+                file,
+                &ask,
+                &trajectory,
+                args.hint_level,
+            )?;
+            task::append_line(&files.attempts, &attempt)?;
+            if let Some(t) = &task {
+                task::append_line(&files.tasks, t)?;
+            }
+            progress.suspend(|| {
+                println!(
+                    "{:<16} {file}: {:?}{}",
+                    env.project.name,
+                    attempt.verdict,
+                    task.as_ref()
+                        .map_or(String::new(), |t| format!(" → {}", t.instance_id))
+                )
+            });
+            progress.inc(1);
+        }
+    }
+    progress.finish_and_clear();
+    let attempts: Vec<synth::Attempt> = task::read_lines(&files.attempts)?;
+    let featadd: Vec<synth::Attempt> = attempts
+        .into_iter()
+        .filter(|a| a.operator == "featadd")
+        .collect();
+    println!(
+        "\nmodel-written bugs per project:\n{}",
+        synth::yield_table(&featadd, |a| a.project.clone())
+    );
     Ok(())
 }

@@ -101,8 +101,27 @@ pub struct Grade {
     pub error: Option<String>,
 }
 
-/// A file grading keeps the model's edits of: an existing Python source file, not a test.
-fn graded(path: &RepoPath, baseline: &Snapshot) -> bool {
+/// The shell the agent's commands run in on a copy of `env`'s project at `work`: sandboxed,
+/// with the venv first on PATH and the copy's source on PYTHONPATH, so `python -m pytest`
+/// tests the code being edited.
+pub fn agent_shell(
+    ws: &Workspace,
+    env: &Environment,
+    work: &Path,
+    sandbox: &Sandbox,
+) -> Result<NativeShell> {
+    let source = work.join(&env.project.source);
+    Ok(NativeShell::new(work.to_path_buf())
+        .sandboxed(sandbox.clone())
+        .with_env("PATH", ws.command_path(&env.project)?.to_string_lossy())
+        .with_env("PYTHONPATH", source.to_string_lossy())
+        .with_env("PYTHONDONTWRITEBYTECODE", "1")
+        .with_env("PYTEST_ADDOPTS", "-p no:cacheprovider"))
+}
+
+/// A file whose edits count (for grading, and as a model-written bug): an existing Python
+/// source file, not a test.
+pub fn graded(path: &RepoPath, baseline: &Snapshot) -> bool {
     baseline.contains_key(path) && path.as_str().ends_with(".py") && !is_test_path(path.as_str())
 }
 
@@ -205,14 +224,7 @@ pub fn rollout<M: LanguageModel>(
         plant(&work, task)?;
         let mut repo = DiskRepo::open(&work)?;
         let baseline = repo.snapshot()?;
-        let source = work.join(&env.project.source);
-        let shell = NativeShell::new(work.clone())
-            .sandboxed(sandbox.clone())
-            .with_env("PATH", ws.command_path(&env.project)?.to_string_lossy())
-            .with_env("PYTHONPATH", source.to_string_lossy())
-            .with_env("PYTHONDONTWRITEBYTECODE", "1")
-            .with_env("PYTEST_ADDOPTS", "-p no:cacheprovider");
-        let mut toolbox = Toolbox::new(Box::new(shell));
+        let mut toolbox = Toolbox::new(Box::new(agent_shell(ws, env, &work, &sandbox)?));
         let start = Instant::now();
         let mut write_error = None;
         let trajectory = pollster::block_on(run_agent(

@@ -48,6 +48,8 @@ pub enum Verdict {
     RunFailed,
     /// Same resulting source as an earlier candidate.
     Duplicate,
+    /// A model asked to change the code left no edit of a source file.
+    NoChange,
 }
 
 pub struct SynthOptions {
@@ -369,13 +371,13 @@ pub fn yield_table(attempts: &[Attempt], by: impl Fn(&Attempt) -> String) -> Str
         r[a.verdict as usize] += 1;
     }
     let mut out = format!(
-        "{:<20} {:>6} {:>6} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7}\n",
-        "", "tried", "valid", "no fail", "vanish", "timeout", "error", "dup", "yield"
+        "{:<20} {:>6} {:>6} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>7}\n",
+        "", "tried", "valid", "no fail", "vanish", "timeout", "error", "dup", "no edit", "yield"
     );
     for (name, r) in rows {
         let tried: usize = r.iter().sum();
         out.push_str(&format!(
-            "{:<20} {:>6} {:>6} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6.0}%\n",
+            "{:<20} {:>6} {:>6} {:>8} {:>8} {:>7} {:>6} {:>6} {:>7} {:>6.0}%\n",
             name,
             tried,
             r[0],
@@ -384,6 +386,7 @@ pub fn yield_table(attempts: &[Attempt], by: impl Fn(&Attempt) -> String) -> Str
             r[3],
             r[4],
             r[5],
+            r[6],
             100.0 * r[0] as f64 / tried.max(1) as f64
         ));
     }

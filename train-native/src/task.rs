@@ -88,7 +88,10 @@ impl Task {
             let places: Vec<String> = self
                 .bugs
                 .iter()
-                .map(|b| format!("`{}` in `{}`", b.function, b.file))
+                .map(|b| match b.function.as_str() {
+                    "" => format!("`{}`", b.file),
+                    f => format!("`{f}` in `{}`", b.file),
+                })
                 .collect();
             s.push_str(&format!("\n\nLook at {}.", places.join(" and ")));
         }

@@ -35,6 +35,13 @@ pub struct SolveArgs {
     /// Folder for patch.diff and trajectory.json (default: a new folder under the cache).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Also append the patch to this JSONL file as a SWE-bench predictions line
+    /// (`instance_id`, `model_name_or_path`, `model_patch`), for SWE-bench's own harness.
+    #[arg(long, requires = "instance_id")]
+    predictions: Option<PathBuf>,
+    /// The task's instance_id, for --predictions.
+    #[arg(long, requires = "predictions")]
+    instance_id: Option<String>,
     /// Run the model's commands unconfined. By default each runs in a bubblewrap sandbox: no
     /// network, the repository the only writable folder, the home folder hidden, limits on
     /// CPU time, memory, processes, open files and file size, every process killed with it.
@@ -142,7 +149,29 @@ pub fn run(args: &SolveArgs) -> Result<()> {
         trajectory.patch.lines().count()
     );
     eprintln!("trajectory: {}", traj_path.display());
+    if let (Some(path), Some(id)) = (&args.predictions, &args.instance_id) {
+        append_prediction(path, id, &name, &trajectory.patch)?;
+        eprintln!("prediction: {} ({id})", path.display());
+    }
     Ok(())
+}
+
+/// Appends one SWE-bench predictions line in a single write, so concurrent runs appending to
+/// the same file never interleave their lines.
+fn append_prediction(path: &Path, instance_id: &str, model: &str, patch: &str) -> Result<()> {
+    let mut line = serde_json::to_string(&serde_json::json!({
+        "instance_id": instance_id,
+        "model_name_or_path": model,
+        "model_patch": patch,
+    }))?;
+    line.push('\n');
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    f.write_all(line.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn save(t: &Trajectory, traj_path: &Path, patch_path: &Path) -> Result<()> {

@@ -41,6 +41,9 @@ fn solve_runs_the_agent_with_a_real_model() {
         .arg(repo.join("TASK.md"))
         .arg("--out")
         .arg(&out)
+        .arg("--predictions")
+        .arg(work.join("predictions.jsonl"))
+        .args(["--instance-id", "examples__leap-year-1"])
         .args([
             "--max-steps",
             "2",
@@ -80,6 +83,17 @@ fn solve_runs_the_agent_with_a_real_model() {
         std::fs::read_to_string(out.join("patch.diff")).unwrap(),
         trajectory["patch"].as_str().unwrap()
     );
+    // And the predictions line carries the same patch, in SWE-bench's fields.
+    let predictions = std::fs::read_to_string(work.join("predictions.jsonl")).unwrap();
+    let lines: Vec<&str> = predictions.lines().collect();
+    assert_eq!(lines.len(), 1, "{predictions}");
+    let line: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(line["instance_id"], "examples__leap-year-1");
+    assert_eq!(
+        line["model_name_or_path"],
+        "SmolLM2-135M-Instruct.Q4_1.gguf"
+    );
+    assert_eq!(line["model_patch"], trajectory["patch"]);
     std::fs::remove_dir_all(&work).ok();
 }
 
