@@ -28,4 +28,8 @@ forbid lilypad-engine "${engine_users[@]}" lilypad-tokenizer
 # (wasm-bindgen may come in through platform shims such as web-time; web-sys may not.)
 forbid lilypad-agent lilypad-engine lilypad-gguf lilypad-tokenizer wgpu web-sys
 forbid lilypad-agent-wasm lilypad-engine wgpu
+# train-native sits on top: nothing of ours depends on it.
+for crate in lilypad-gguf lilypad-tokenizer lilypad-engine lilypad-chat lilypad-cli lilypad-agent; do
+  forbid "$crate" lilypad-train
+done
 echo "checks passed: rustfmt, clippy, dependency directions"

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the system packages lilypad needs: a Vulkan loader and, for machines without a
 # GPU, Mesa's lavapipe (a Vulkan driver that runs on the CPU); bubblewrap, the sandbox for
-# model-written commands. Skips what is present.
+# model-written commands; python3-venv, for train-native's per-project venvs. Skips what is
+# present.
 set -euo pipefail
 
 need=()
-for pkg in libvulkan1 mesa-vulkan-drivers bubblewrap; do
+for pkg in libvulkan1 mesa-vulkan-drivers bubblewrap python3-venv; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

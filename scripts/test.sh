@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: static checks (scripts/check.sh), kernels against CPU references, the
 # GGUF reader's hostile inputs, the tokenizer against llama.cpp's test vectors, the downloader against a local server,
-# SmolLM2 against llama.cpp's fixture, and the engine in headless Chromium (test-web.sh).
+# SmolLM2 against llama.cpp's fixture, train-native on two real Python projects, and the engine
+# in headless Chromium (test-web.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -15,6 +16,13 @@ scripts/llama-cpp/build.sh --vectors-only >/dev/null
 PATH="$(scripts/setup-python.sh):$PATH"
 # No silent skips: a missing adapter, model or pytest is a failure here.
 export LILYPAD_REQUIRE_GPU=1 LILYPAD_REQUIRE_MODEL=1 LILYPAD_REQUIRE_PYTEST=1 LILYPAD_REQUIRE_SANDBOX=1
+# train-native's tests run the real pipeline (rollouts graded by a project's suite, model-
+# written bugs) on a real environment: inflection and xmltodict, built from PyPI once (about
+# 20 s) and reused from the cache, then a handful of tasks synthesized and validated.
+export LILYPAD_TEST_TRAIN_DIR="$LILYPAD_CACHE/train"
+cargo run -q -p lilypad-train -- --dir "$LILYPAD_TEST_TRAIN_DIR" envs build --only inflection,xmltodict
+cargo run -q -p lilypad-train -- --dir "$LILYPAD_TEST_TRAIN_DIR" synth --only inflection,xmltodict \
+  --per-project 3 --max-tries 10 --out "$LILYPAD_TEST_TRAIN_DIR/tasks-ci"
 # --all-targets: no doc-test pass (there are none), so the log closes on real tests.
 cargo test --workspace --all-targets "$@"
 # Real-model agent runs on SwiftShader take about 10 minutes each: the default suite skips

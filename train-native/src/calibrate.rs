@@ -46,6 +46,10 @@ impl CalibrationFiles {
     pub fn summary(&self) -> PathBuf {
         self.dir.join("summary.md")
     }
+    /// The p̂ histogram of the first measurement and after refinement.
+    pub fn plot(&self, which: &str) -> PathBuf {
+        self.dir.join(format!("p-hat-{which}.svg"))
+    }
     pub fn trajectory(&self, instance_id: &str, sample: usize) -> PathBuf {
         self.dir
             .join("trajectories")
@@ -194,6 +198,35 @@ pub fn histogram(ps: impl Iterator<Item = f64>) -> [usize; 6] {
 }
 
 pub const HISTOGRAM_BINS: [&str; 6] = ["0", "(0, ¼]", "(¼, ½]", "(½, ¾]", "(¾, 1)", "1"];
+
+/// Draws the p̂ histograms (first measurement, after refinement).
+pub fn plots(files: &CalibrationFiles, model: &str, calibrated: &[Calibrated]) -> Result<()> {
+    let first = histogram(
+        calibrated
+            .iter()
+            .filter_map(|c| c.measurements.first().map(|m| m.2)),
+    );
+    let last = histogram(calibrated.iter().map(|c| c.p_hat));
+    let max = first.iter().chain(&last).copied().max().unwrap_or(1).max(1) as f64;
+    for (which, h, title) in [
+        ("first", first, "first measurement"),
+        ("refined", last, "after refinement"),
+    ] {
+        let bars: Vec<(String, f64)> = HISTOGRAM_BINS
+            .iter()
+            .zip(h)
+            .map(|(b, n)| (b.to_string(), n as f64))
+            .collect();
+        crate::plot::bar_chart(
+            &files.plot(which),
+            &format!("{model}: p̂, {title}"),
+            "tasks",
+            &bars,
+            max,
+        )?;
+    }
+    Ok(())
+}
 
 /// The summary: statuses, and the p̂ histogram of the first measurement beside the final one.
 pub fn summary(model: &str, k: usize, calibrated: &[Calibrated]) -> String {

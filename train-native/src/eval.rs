@@ -36,6 +36,9 @@ impl EvalFiles {
     pub fn report_json(&self) -> PathBuf {
         self.dir.join("report.json")
     }
+    pub fn plot(&self) -> PathBuf {
+        self.dir.join("resolve-rate.svg")
+    }
 }
 
 /// The (task, sample) pairs still to run, sample-major: every task's first rollout comes
@@ -184,7 +187,7 @@ impl Report {
         let mut s = format!(
             "# Evaluation: {}\n\n{} tasks × k = {} ({} rollouts)\n\n\
              | metric | value |\n|---|---|\n\
-             | resolve rate (Avg@{}) | {} ± {} (std over runs: {}) |\n\
+             | resolve rate (Avg@{}) | {} (runs: {}; std {}) |\n\
              | pass@1 (mean p̂) | {} |\n| pass@{} | {} |\n\
              | mean steps | {:.1} |\n| mean generated tokens | {:.0} |\n\
              | mean agent time | {:.1} s |\n| mean grading time | {:.1} s |\n\
@@ -196,12 +199,12 @@ impl Report {
             self.rollouts,
             self.k,
             pct(self.resolve_rate),
-            pct(self.per_run_std),
             self.per_run
                 .iter()
                 .map(|x| pct(*x))
                 .collect::<Vec<_>>()
                 .join(", "),
+            pct(self.per_run_std),
             pct(self.pass_at_1),
             self.k,
             pct(self.pass_at_k),
@@ -245,11 +248,24 @@ impl Report {
     }
 }
 
-/// Writes report.md, report.json and predictions.jsonl (the first sample of each task, as
+/// Writes report.md, report.json, resolve-rate.svg (per project) and predictions.jsonl (the first sample of each task, as
 /// SWE-bench's harness reads them).
 pub fn write_outputs(files: &EvalFiles, report: &Report, rollouts: &[Rollout]) -> Result<()> {
     use crate::workspace::write_atomic;
     write_atomic(&files.report_md(), report.markdown().as_bytes())?;
+    let bars: Vec<(String, f64)> = report
+        .by_project
+        .iter()
+        .map(|g| (g.name.clone(), g.resolve_rate))
+        .chain([("all".to_string(), report.resolve_rate)])
+        .collect();
+    crate::plot::bar_chart(
+        &files.plot(),
+        &format!("{}: resolve rate (Avg@{})", report.model, report.k),
+        "resolve rate",
+        &bars,
+        1.0,
+    )?;
     write_atomic(
         &files.report_json(),
         serde_json::to_string_pretty(report)?.as_bytes(),

@@ -7,6 +7,7 @@ mod eval;
 mod featadd;
 mod manifest;
 mod mutate;
+mod plot;
 mod pytest;
 mod rollout;
 mod synth;
@@ -727,6 +728,7 @@ fn calibrate_command(ws: &Workspace, args: &CalibrateArgs) -> Result<()> {
     workspace::write_atomic(&files.iteration_pool(args.iteration), text.as_bytes())?;
     let summary = calibrate::summary(&label, args.k, &calibrated);
     workspace::write_atomic(&files.summary(), summary.as_bytes())?;
+    calibrate::plots(&files, &label, &calibrated)?;
     println!("\n{summary}");
     println!(
         "pool: {} ({} tasks); iteration {} samples {} of them into {}",
