@@ -90,7 +90,8 @@ impl Workspace {
     /// The sandbox for the project's commands: its venv on PATH (so the venv and the Python
     /// it comes from stay visible, read-only, in the hidden home folder).
     pub fn sandbox(&self, p: &Project) -> Result<Sandbox> {
-        Ok(Sandbox::detect_on(Some(&self.command_path(p)?))?)
+        // Shown explicitly: the venv may lie where the sandbox empties (/tmp) or hides.
+        Ok(Sandbox::detect_on(Some(&self.command_path(p)?))?.showing(self.venv(p)))
     }
 
     /// PATH for the project's commands: its venv's bin folder first, so `python` and

@@ -151,6 +151,21 @@ impl Sandbox {
         self
     }
 
+    /// The same sandbox showing `dir` read-only even where it lies in a hidden or emptied
+    /// folder (/tmp, the home folder): a tool installation its commands need. A venv's base
+    /// Python installation is shown with it (its interpreter may live in a hidden ~/.pyenv).
+    pub fn showing(mut self, dir: PathBuf) -> Self {
+        if let Self::Bubblewrap { visible, .. } = &mut self {
+            let base = venv_base(&dir);
+            for d in std::iter::once(dir).chain(base) {
+                if !visible.contains(&d) {
+                    visible.push(d);
+                }
+            }
+        }
+        self
+    }
+
     pub fn limits(&self) -> Option<&SandboxLimits> {
         match self {
             Self::Bubblewrap { limits, .. } => Some(limits),
@@ -427,5 +442,39 @@ mod tests {
         // The venv whole (its lib/ too) and the Python it was made from, only the bin folder
         // of ~/.cargo, nothing outside home.
         assert_eq!(shown, vec![venv, python, h.join(".cargo/bin")]);
+    }
+
+    #[test]
+    fn shown_folders_are_bound_over_the_emptied_tmp() {
+        let root = tempfile::tempdir().unwrap();
+        let venv = root.path().join("venv");
+        std::fs::create_dir_all(&venv).unwrap();
+        std::fs::write(venv.join("pyvenv.cfg"), "home = /opt/py/3.11/bin\n").unwrap();
+        let sandbox = Sandbox::Bubblewrap {
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+            hidden: vec![],
+            visible: vec![],
+            limits: SandboxLimits::default(),
+        }
+        .showing(venv.clone())
+        .showing(venv.clone());
+        let venv = venv.to_string_lossy().into_owned();
+        let (cmd, _cgroup) = sandbox.command(root.path(), "true");
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |pair: [&str; 2]| {
+            args.windows(2)
+                .position(|w| w[0] == pair[0] && w[1] == pair[1])
+        };
+        let tmp = at(["--tmpfs", "/tmp"]).expect("/tmp emptied");
+        let shown = at(["--ro-bind-try", &venv]).expect("venv shown");
+        assert!(tmp < shown, "{args:?}");
+        assert_eq!(args.iter().filter(|a| **a == venv).count(), 2, "bound once");
+        assert!(
+            at(["--ro-bind-try", "/opt/py/3.11"]).is_some(),
+            "base shown: {args:?}"
+        );
     }
 }
