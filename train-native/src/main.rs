@@ -460,7 +460,7 @@ fn print_summary(built: &[envs::Environment]) {
 }
 
 /// The tasks of `split` whose environments are usable, at most `limit` of them taken in turn
-/// from each project (in instance-id order within a project).
+/// from each project (in a fixed order that mixes the kinds of bug).
 fn select_tasks(
     path: &std::path::Path,
     envs: &[envs::Environment],
@@ -477,8 +477,15 @@ fn select_tasks(
             by_project.entry(t.repo.clone()).or_default().push(t);
         }
     }
+    // By the candidate hash that ends each id, not the whole id: the id starts with the
+    // operator's name, and alphabetical order would take one operator's tasks first.
     for v in by_project.values_mut() {
-        v.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
+        v.sort_by(|a, b| {
+            let key = |t: &task::Task| t.instance_id.rsplit('.').next().unwrap_or("").to_string();
+            key(a)
+                .cmp(&key(b))
+                .then_with(|| a.instance_id.cmp(&b.instance_id))
+        });
     }
     let limit = limit.unwrap_or(usize::MAX);
     let mut queues: Vec<std::vec::IntoIter<task::Task>> =
