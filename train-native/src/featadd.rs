@@ -50,12 +50,11 @@ pub fn attempt<M: LanguageModel>(
     trajectory: &Path,
     hint_level: u8,
 ) -> Result<(Attempt, Option<Task>)> {
-    let sandbox = ws.sandbox(&env.project)?;
     let work = ws.fixed_scratch_copy(&env.project, "featadd")?;
     let result = (|| {
         let mut repo = DiskRepo::open(&work)?;
         let clean = repo.snapshot()?;
-        let mut toolbox = Toolbox::new(Box::new(agent_shell(ws, env, &work, &sandbox)?));
+        let mut toolbox = Toolbox::new(Box::new(agent_shell(ws, env, &work, &validator.sandbox)?));
         let start = Instant::now();
         let traj = pollster::block_on(run_agent(
             model,
@@ -131,33 +130,20 @@ fn first_changed_line(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
-    //! The mechanism with scripted replies on the built inflection environment (see
-    //! rollout.rs's tests for LILYPAD_TEST_TRAIN_DIR).
+    //! The mechanism with scripted replies on the built inflection environment.
 
     use super::*;
-    use crate::manifest::Manifest;
+    use crate::testing::{built_inflection, call};
     use lilypad_agent::ScriptedModel;
-
-    fn call(name: &str, args: serde_json::Value) -> String {
-        format!(
-            "<tool_call>\n{}\n</tool_call>",
-            serde_json::json!({"name": name, "arguments": args})
-        )
-    }
 
     #[test]
     fn model_written_changes_become_tasks_when_tests_catch_them() {
-        let Some(dir) = std::env::var_os("LILYPAD_TEST_TRAIN_DIR") else {
-            eprintln!("LILYPAD_TEST_TRAIN_DIR is unset: not run");
+        let Some((ws, env)) = built_inflection() else {
             return;
         };
-        let ws = Workspace::new(Some(dir.into())).unwrap();
-        let manifest = Manifest::builtin();
-        let project = manifest.select(&["inflection".to_string()]).unwrap()[0];
-        let env = ws.load_env(project).expect("inflection is built");
         let validator = Validator::new(&ws, &env).unwrap();
         let file = env.source_files[0].clone();
-        let original = std::fs::read_to_string(ws.project_src(project).join(&file)).unwrap();
+        let original = std::fs::read_to_string(ws.project_src(&env.project).join(&file)).unwrap();
         let out = tempfile::tempdir().unwrap();
         let config = AgentConfig {
             max_steps: 4,

@@ -12,6 +12,8 @@ mod pytest;
 mod rollout;
 mod synth;
 mod task;
+#[cfg(test)]
+mod testing;
 mod workspace;
 
 use std::path::PathBuf;
@@ -65,8 +67,8 @@ struct FeatAddArgs {
     #[command(flatten)]
     selection: Selection,
     /// Which projects: train, eval or all.
-    #[arg(long, default_value = "train")]
-    split: String,
+    #[arg(long, value_enum, default_value_t = SplitChoice::Train)]
+    split: SplitChoice,
     /// Requests per project (counting earlier runs').
     #[arg(long, default_value_t = 4)]
     tries: usize,
@@ -91,8 +93,8 @@ struct CalibrateArgs {
     #[arg(long)]
     tasks: Option<PathBuf>,
     /// Which tasks: train, eval or all.
-    #[arg(long, default_value = "train")]
-    split: String,
+    #[arg(long, value_enum, default_value_t = SplitChoice::Train)]
+    split: SplitChoice,
     /// Rollouts per measurement.
     #[arg(short, long, default_value_t = 4)]
     k: usize,
@@ -126,8 +128,8 @@ struct EvalArgs {
     #[arg(long)]
     tasks: Option<PathBuf>,
     /// Which tasks: train, eval or all.
-    #[arg(long, default_value = "eval")]
-    split: String,
+    #[arg(long, value_enum, default_value_t = SplitChoice::Eval)]
+    split: SplitChoice,
     /// Rollouts per task.
     #[arg(short, long, default_value_t = 3)]
     k: usize,
@@ -150,8 +152,8 @@ struct SynthArgs {
     #[command(flatten)]
     selection: Selection,
     /// Which projects: train, eval or all.
-    #[arg(long, default_value = "all")]
-    split: String,
+    #[arg(long, value_enum, default_value_t = SplitChoice::All)]
+    split: SplitChoice,
     /// Valid tasks wanted per project (counting earlier runs').
     #[arg(long, default_value_t = 10)]
     per_project: usize,
@@ -167,6 +169,24 @@ struct SynthArgs {
     /// Folder for tasks.jsonl and attempts.jsonl (default: tasks/ in the --dir folder).
     #[arg(long)]
     out: Option<PathBuf>,
+}
+
+/// Which split's projects or tasks a command takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SplitChoice {
+    Train,
+    Eval,
+    All,
+}
+
+impl SplitChoice {
+    fn includes(self, split: manifest::Split) -> bool {
+        match self {
+            SplitChoice::Train => split == manifest::Split::Train,
+            SplitChoice::Eval => split == manifest::Split::Eval,
+            SplitChoice::All => true,
+        }
+    }
 }
 
 #[derive(Args, Clone)]
@@ -345,16 +365,16 @@ fn envs_command(ws: &Workspace, command: EnvsCommand) -> Result<()> {
     }
 }
 
-/// The usable environments of `selection` in `split` ("train", "eval" or "all").
+/// The usable environments of `selection` in `split`.
 fn usable_envs(
     ws: &Workspace,
     selection: &Selection,
-    split: &str,
+    split: SplitChoice,
 ) -> Result<Vec<envs::Environment>> {
     let manifest = Manifest::load(selection.manifest.as_deref())?;
     let mut out = Vec::new();
     for p in manifest.select(&selection.only)? {
-        if split != "all" && p.split.to_string() != split {
+        if !split.includes(p.split) {
             continue;
         }
         match ws.load_env(p) {
@@ -374,10 +394,7 @@ fn usable_envs(
 }
 
 fn synth_command(ws: &Workspace, args: &SynthArgs) -> Result<()> {
-    if !matches!(args.split.as_str(), "train" | "eval" | "all") {
-        bail!("--split is train, eval or all");
-    }
-    let envs = usable_envs(ws, &args.selection, &args.split)?;
+    let envs = usable_envs(ws, &args.selection, args.split)?;
     let dir = args.out.clone().unwrap_or_else(|| ws.root.join("tasks"));
     let files = synth::SynthFiles::in_dir(&dir);
     let opts = synth::SynthOptions {
@@ -460,70 +477,58 @@ fn print_summary(built: &[envs::Environment]) {
 }
 
 /// The tasks of `split` whose environments are usable, at most `limit` of them taken in turn
-/// from each project (in a fixed order that mixes the kinds of bug).
+/// from each project (in a fixed order that mixes the kinds of bug). `from` names the file
+/// `all` was read from, for the error.
 fn select_tasks(
-    path: &std::path::Path,
+    from: &std::path::Path,
+    all: &[task::Task],
     envs: &[envs::Environment],
-    split: &str,
+    split: SplitChoice,
     limit: Option<usize>,
 ) -> Result<Vec<task::Task>> {
-    let all: Vec<task::Task> = task::read_tasks(path)?;
-    let mut by_project: std::collections::BTreeMap<String, Vec<task::Task>> = Default::default();
+    let mut by_project: std::collections::BTreeMap<&str, Vec<&task::Task>> = Default::default();
     for t in all {
         let known = envs
             .iter()
             .any(|e| e.project.name == t.repo && e.project.version == t.version);
-        if known && (split == "all" || t.split.to_string() == split) {
-            by_project.entry(t.repo.clone()).or_default().push(t);
+        if known && split.includes(t.split) {
+            by_project.entry(&t.repo).or_default().push(t);
         }
     }
     // By the candidate hash that ends each id, not the whole id: the id starts with the
     // operator's name, and alphabetical order would take one operator's tasks first.
+    let key = |t: &task::Task| t.instance_id.rsplit('.').next().unwrap_or("").to_string();
     for v in by_project.values_mut() {
         v.sort_by(|a, b| {
-            let key = |t: &task::Task| t.instance_id.rsplit('.').next().unwrap_or("").to_string();
             key(a)
                 .cmp(&key(b))
                 .then_with(|| a.instance_id.cmp(&b.instance_id))
         });
     }
-    let limit = limit.unwrap_or(usize::MAX);
-    let mut queues: Vec<std::vec::IntoIter<task::Task>> =
-        by_project.into_values().map(Vec::into_iter).collect();
-    let mut out = Vec::new();
-    while out.len() < limit {
-        let before = out.len();
-        for q in &mut queues {
-            if out.len() < limit {
-                out.extend(q.next());
-            }
-        }
-        if out.len() == before {
-            break;
-        }
-    }
+    let out: Vec<task::Task> = synth::round_robin(by_project.into_values().collect())
+        .take(limit.unwrap_or(usize::MAX))
+        .cloned()
+        .collect();
     if out.is_empty() {
         bail!(
-            "{} holds no {split} tasks of usable environments",
-            path.display()
+            "{} holds no {split:?} tasks of usable environments",
+            from.display()
         );
     }
     Ok(out)
 }
 
 fn eval_command(ws: &Workspace, args: &EvalArgs) -> Result<()> {
-    if !matches!(args.split.as_str(), "train" | "eval" | "all") {
-        bail!("--split is train, eval or all");
-    }
     if args.k == 0 {
         bail!("-k must be at least 1");
     }
-    let envs = usable_envs(ws, &args.selection, "all")?;
+    let envs = usable_envs(ws, &args.selection, SplitChoice::All)?;
     let tasks_path = args
         .tasks
         .clone()
         .unwrap_or_else(|| ws.root.join("tasks/tasks.jsonl"));
-    let mut tasks = select_tasks(&tasks_path, &envs, &args.split, args.limit)?;
+    let all: Vec<task::Task> = task::read_tasks(&tasks_path)?;
+    let mut tasks = select_tasks(&tasks_path, &all, &envs, args.split, args.limit)?;
     if let Some(level) = args.hint_level {
         for t in &mut tasks {
             t.set_hint_level(level);
@@ -636,19 +641,16 @@ fn model_label(model: &lilypad_cli::ModelArgs) -> String {
 }
 
 fn calibrate_command(ws: &Workspace, args: &CalibrateArgs) -> Result<()> {
-    if !matches!(args.split.as_str(), "train" | "eval" | "all") {
-        bail!("--split is train, eval or all");
-    }
     if args.k < 2 {
         bail!("-k must be at least 2 for p̂ to fall between 0 and 1");
     }
-    let envs = usable_envs(ws, &args.selection, "all")?;
+    let envs = usable_envs(ws, &args.selection, SplitChoice::All)?;
     let tasks_path = args
         .tasks
         .clone()
         .unwrap_or_else(|| ws.root.join("tasks/tasks.jsonl"));
     let all: Vec<task::Task> = task::read_tasks(&tasks_path)?;
-    let tasks = select_tasks(&tasks_path, &envs, &args.split, args.limit)?;
+    let tasks = select_tasks(&tasks_path, &all, &envs, args.split, args.limit)?;
     let label = model_label(&args.model);
     let files = calibrate::CalibrationFiles {
         dir: args
@@ -752,10 +754,7 @@ fn calibrate_command(ws: &Workspace, args: &CalibrateArgs) -> Result<()> {
 }
 
 fn featadd_command(ws: &Workspace, args: &FeatAddArgs) -> Result<()> {
-    if !matches!(args.split.as_str(), "train" | "eval" | "all") {
-        bail!("--split is train, eval or all");
-    }
-    let envs = usable_envs(ws, &args.selection, &args.split)?;
+    let envs = usable_envs(ws, &args.selection, args.split)?;
     let dir = args.out.clone().unwrap_or_else(|| ws.root.join("tasks"));
     let files = synth::SynthFiles::in_dir(&dir);
     let trajectories = dir.join("featadd");

@@ -282,37 +282,22 @@ pub fn rollout<M: LanguageModel>(
 
 #[cfg(test)]
 mod tests {
-    //! These run the real pipeline on a built environment: set LILYPAD_TEST_TRAIN_DIR to a
-    //! train-native folder in which `envs build --only inflection` ran (scripts/test.sh does).
-
     use super::*;
-    use crate::manifest::Manifest;
     use crate::synth::{Validator, Verdict};
+    use crate::testing::{built_inflection, call};
     use lilypad_agent::ScriptedModel;
 
-    fn call(name: &str, args: serde_json::Value) -> String {
-        format!(
-            "<tool_call>\n{}\n</tool_call>",
-            serde_json::json!({"name": name, "arguments": args})
-        )
-    }
-
-    /// A valid task synthesized in inflection, with the file's original and buggy text.
-    fn inflection_task(ws: &Workspace) -> (Environment, Task, String, String) {
-        let manifest = Manifest::builtin();
-        let project = manifest.select(&["inflection".to_string()]).unwrap()[0];
-        let env = ws.load_env(project).expect("inflection is built");
-        assert!(env.usable, "{}", env.reason);
-        let validator = Validator::new(ws, &env).unwrap();
-        let order = crate::synth::candidate_order(ws, &env, 7).unwrap();
+    /// A valid task synthesized in `env`, with the file's original and buggy text.
+    fn synthesized_task(ws: &Workspace, env: &Environment) -> (Task, String, String) {
+        let validator = Validator::new(ws, env).unwrap();
+        let order = crate::synth::candidate_order(ws, env, 7).unwrap();
         for m in order.into_iter().take(30) {
             let original = std::fs::read_to_string(validator.work.join(&m.file)).unwrap();
             let (attempt, task) = validator.mutation(&m, original.clone(), "t", 1).unwrap();
             if let Some(t) = task {
                 assert_eq!(attempt.verdict, Verdict::Valid);
                 let buggy = m.apply(&original);
-                drop(validator);
-                return (env, t, original, buggy);
+                return (t, original, buggy);
             }
         }
         panic!("no valid task in 30 candidates");
@@ -320,12 +305,10 @@ mod tests {
 
     #[test]
     fn scripted_rollouts_are_graded_by_the_tests() {
-        let Some(dir) = std::env::var_os("LILYPAD_TEST_TRAIN_DIR") else {
-            eprintln!("LILYPAD_TEST_TRAIN_DIR is unset: not run");
+        let Some((ws, env)) = built_inflection() else {
             return;
         };
-        let ws = Workspace::new(Some(dir.into())).unwrap();
-        let (env, task, original, _buggy) = inflection_task(&ws);
+        let (task, original, _buggy) = synthesized_task(&ws, &env);
         let file = task.bugs[0].file.clone();
         let out = tempfile::tempdir().unwrap();
         let config = AgentConfig {

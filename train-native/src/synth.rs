@@ -107,23 +107,31 @@ pub fn candidate_order(ws: &Workspace, env: &Environment, seed: u64) -> Result<V
     h.update(env.project.key());
     h.update(seed.to_le_bytes());
     let mut rng = StdRng::from_seed(h.finalize().into());
-    let mut queues: Vec<std::vec::IntoIter<Mutation>> = by_op
+    let queues = by_op
         .into_values()
         .map(|mut v| {
             v.shuffle(&mut rng);
-            v.into_iter()
+            v
         })
         .collect();
-    let mut order = Vec::new();
-    loop {
-        let before = order.len();
-        for q in &mut queues {
-            order.extend(q.next());
+    Ok(round_robin(queues).collect())
+}
+
+/// The first item of each queue, then the second of each, and so on, skipping queues that
+/// ran out.
+pub fn round_robin<T>(queues: Vec<Vec<T>>) -> impl Iterator<Item = T> {
+    let mut queues: Vec<std::vec::IntoIter<T>> = queues.into_iter().map(Vec::into_iter).collect();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        for _ in 0..queues.len() {
+            let q = i % queues.len();
+            i += 1;
+            if let Some(x) = queues[q].next() {
+                return Some(x);
+            }
         }
-        if order.len() == before {
-            return Ok(order);
-        }
-    }
+        None
+    })
 }
 
 /// Synthesizes tasks for one environment until it has `per_project` of them (counting tasks
@@ -391,4 +399,17 @@ pub fn yield_table(attempts: &[Attempt], by: impl Fn(&Attempt) -> String) -> Str
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_robin;
+
+    #[test]
+    fn round_robin_takes_one_from_each_queue_in_turn() {
+        let order: Vec<u32> =
+            round_robin(vec![vec![1, 4, 6], vec![], vec![2], vec![3, 5]]).collect();
+        assert_eq!(order, vec![1, 2, 3, 4, 5, 6]);
+        assert_eq!(round_robin(Vec::<Vec<u32>>::new()).count(), 0);
+    }
 }
