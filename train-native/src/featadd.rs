@@ -8,14 +8,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Result;
-use lilypad_agent::{AgentConfig, DiskRepo, LanguageModel, Repository, Toolbox, run_agent};
+use lilypad_agent::{AgentConfig, DiskRepo, LanguageModel, Repository, Toolbox};
 use sha2::{Digest, Sha256};
 
 use crate::envs::Environment;
-use crate::rollout::{agent_shell, graded};
+use crate::rollout::{agent_shell, graded, run_recorded};
 use crate::synth::{Attempt, PlantedFile, Validator, Verdict};
 use crate::task::{BugSite, Task};
-use crate::workspace::{Workspace, write_atomic};
+use crate::workspace::Workspace;
 
 /// What the model is asked, `{file}` naming the source file.
 pub const REQUESTS: &[&str] = &[
@@ -56,15 +56,15 @@ pub fn attempt<M: LanguageModel>(
         let clean = repo.snapshot()?;
         let mut toolbox = Toolbox::new(Box::new(agent_shell(ws, env, &work, &validator.sandbox)?));
         let start = Instant::now();
-        let traj = pollster::block_on(run_agent(
+        run_recorded(
             model,
             &mut repo,
             &mut toolbox,
             request,
             config,
-            &mut |_| true,
-        ))?;
-        write_atomic(trajectory, traj.to_json().as_bytes())?;
+            trajectory,
+            &mut |_| {},
+        )?;
         let now = repo.snapshot()?;
         let files: Vec<PlantedFile> = clean
             .iter()

@@ -199,6 +199,42 @@ pub fn grade(
     })
 }
 
+/// Runs the agent, writing its trajectory to `path` after every step and at the end, so a
+/// killed run keeps what it did.
+#[allow(clippy::too_many_arguments)]
+pub fn run_recorded<M: LanguageModel>(
+    model: &mut M,
+    repo: &mut DiskRepo,
+    toolbox: &mut Toolbox,
+    task: &str,
+    config: &AgentConfig,
+    path: &Path,
+    on_step: &mut dyn FnMut(&Trajectory),
+) -> Result<Trajectory> {
+    let mut write_error = None;
+    let trajectory = pollster::block_on(run_agent(
+        model,
+        repo,
+        toolbox,
+        task,
+        config,
+        &mut |event| {
+            if let AgentEvent::StepFinished(t) = event {
+                if let Err(e) = write_atomic(path, t.to_json().as_bytes()) {
+                    write_error = Some(e);
+                }
+                on_step(t);
+            }
+            true
+        },
+    ))?;
+    write_atomic(path, trajectory.to_json().as_bytes())?;
+    match write_error {
+        Some(e) => Err(e),
+        None => Ok(trajectory),
+    }
+}
+
 /// Where a rollout writes its trajectory while it runs.
 pub struct RolloutPaths {
     pub trajectory: PathBuf,
@@ -226,28 +262,16 @@ pub fn rollout<M: LanguageModel>(
         let baseline = repo.snapshot()?;
         let mut toolbox = Toolbox::new(Box::new(agent_shell(ws, env, &work, &sandbox)?));
         let start = Instant::now();
-        let mut write_error = None;
-        let trajectory = pollster::block_on(run_agent(
+        let trajectory = run_recorded(
             model,
             &mut repo,
             &mut toolbox,
             &task.problem_statement,
             config,
-            &mut |event| {
-                if let AgentEvent::StepFinished(t) = event {
-                    if let Err(e) = write_atomic(&paths.trajectory, t.to_json().as_bytes()) {
-                        write_error = Some(e);
-                    }
-                    on_step(t);
-                }
-                true
-            },
-        ))?;
+            &paths.trajectory,
+            on_step,
+        )?;
         let agent_s = start.elapsed().as_secs_f64();
-        write_atomic(&paths.trajectory, trajectory.to_json().as_bytes())?;
-        if let Some(e) = write_error {
-            return Err(e);
-        }
         let cmd = env.test_command(ws, run_timeout(env));
         let g = grade(&work, &baseline, task, &cmd, &sandbox)?;
         let rollout = Rollout {
