@@ -4,7 +4,9 @@
 // NEOX = 1: rotate (i, i + n_rot/2), as Qwen models are stored.
 // Only the first n_rot dims of each head rotate (partial RoPE); theta_i = pos * freq[i], with
 // freq[i] = base^(-2i/n_rot) computed on the host in f64 (and where frequency scaling lives).
-// Macros: WG, NEOX.
+// BACKWARD: rotates by -theta instead, which is the gradient: the rotation is orthogonal, so
+//   dx = R(theta)^T dy = R(-theta) dy (applied in place to dy).
+// Macros: WG, NEOX, BACKWARD.
 
 #include "common/step.wgsl"
 
@@ -30,7 +32,11 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>) {
     let head = gid.x / half;
     let i = gid.x % half;
     let pos = f32(step.tok[t].x);
+#if BACKWARD
+    let theta = -pos * freq[i];
+#else
     let theta = pos * freq[i];
+#endif
     let c = cos(theta);
     let s = sin(theta);
     let base = (select(t, step.tok[t].y, p.pos_rows == 1u) * p.n_heads + head) * p.head_dim;

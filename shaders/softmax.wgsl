@@ -3,7 +3,10 @@
 // GATHER: only log p of one given column per row, y[row] = x[row, targets[row]] − logsumexp
 // (the log-probabilities of chosen tokens, without the whole rows leaving the GPU); rows run
 // along the grid's y (one per token of the step).
-// Macros: WG, LOG, GATHER.
+// GATHER with GRAD: the gradient of a loss Σ_row coef[row] · log p(targets[row]) with respect
+// to the logits, y[row, i] = coef[row] · ([i = target] − p_i), a whole row per token: what the
+// policy-gradient loss sends back into the LM head.
+// Macros: WG, LOG, GATHER, GRAD.
 
 struct Params {
     n: u32,
@@ -15,6 +18,9 @@ struct Params {
 @group(0) @binding(2) var<uniform> p: Params;
 #if GATHER
 @group(0) @binding(3) var<storage, read> targets: array<u32>;
+#endif
+#if GRAD
+@group(0) @binding(4) var<storage, read> coef: array<f32>;
 #endif
 
 var<workgroup> red: array<f32, WG>;
@@ -59,6 +65,15 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     }
     workgroupBarrier();
     sum = red[0];
+#if GRAD
+    if live {
+        let chosen = targets[row];
+        let c = coef[row];
+        for (var i = tid; i < p.n; i += WG) {
+            y[base + i] = c * (select(0.0, 1.0, i == chosen) - exp(x[base + i] - mx) / sum);
+        }
+    }
+#else
 #if GATHER
     if live && tid == 0u {
         y[row] = x[base + min(targets[row], p.n - 1u)] - mx - log(sum);
@@ -73,5 +88,6 @@ fn softmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 #endif
         }
     }
+#endif
 #endif
 }

@@ -23,6 +23,8 @@ export async function launchBrowser(chromium, options = {}) {
   const listen = (page) => {
     page.on('console', (m) => pageLog.push(`[${m.type()}] ${m.text()}`));
     page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+    // The engine runs in a worker: its console (a wasm panic's message) matters most.
+    page.on('worker', (w) => w.on('console', (m) => pageLog.push(`[worker ${m.type()}] ${m.text()}`)));
   };
   const page = context.pages()[0] ?? (await context.newPage());
   listen(page);

@@ -24,8 +24,17 @@ const SOURCES: &[(&str, &str)] = &[
     ),
     ("matvec.wgsl", include_str!("../../../shaders/matvec.wgsl")),
     (
+        "matvec_backward.wgsl",
+        include_str!("../../../shaders/matvec_backward.wgsl"),
+    ),
+    ("matmul.wgsl", include_str!("../../../shaders/matmul.wgsl")),
+    (
         "rms_norm.wgsl",
         include_str!("../../../shaders/rms_norm.wgsl"),
+    ),
+    (
+        "rms_norm_backward.wgsl",
+        include_str!("../../../shaders/rms_norm_backward.wgsl"),
     ),
     ("rope.wgsl", include_str!("../../../shaders/rope.wgsl")),
     (
@@ -35,6 +44,10 @@ const SOURCES: &[(&str, &str)] = &[
     (
         "elementwise.wgsl",
         include_str!("../../../shaders/elementwise.wgsl"),
+    ),
+    (
+        "elementwise_backward.wgsl",
+        include_str!("../../../shaders/elementwise_backward.wgsl"),
     ),
     (
         "softmax.wgsl",

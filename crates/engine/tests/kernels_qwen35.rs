@@ -6,77 +6,15 @@
 //! across calls, and one step may hold tokens of several sequence slots, each with its own
 //! state. Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
 
-use std::sync::Arc;
-
-use lilypad_engine::kernels::{Dispatch, submit};
+use lilypad_engine::EngineError;
+use lilypad_engine::kernels::Dispatch;
 use lilypad_engine::ops::attn_gate::GatedHeads;
 use lilypad_engine::ops::delta_net::{self, DeltaNetInputs, DeltaNetShape};
 use lilypad_engine::ops::{self, Step, rope::RopeMode};
-use lilypad_engine::{EngineError, GpuContext};
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::{Rng, rngs::StdRng};
 
-#[path = "../../../tests/src/gpu.rs"]
-mod shared_gpu;
-
-/// The shared context plus buffer and launch helpers.
-struct Gpu(Arc<GpuContext>);
-
-impl Gpu {
-    fn get() -> Option<Self> {
-        shared_gpu::gpu().map(Gpu)
-    }
-
-    fn upload(&self, data: &[f32]) -> wgpu::Buffer {
-        self.0
-            .storage_buffer_init("input", bytemuck::cast_slice(data))
-            .unwrap()
-    }
-
-    fn zeros(&self, n: usize) -> wgpu::Buffer {
-        self.0
-            .storage_buffer("output", n as u64 * 4, wgpu::BufferUsages::empty())
-            .unwrap()
-    }
-
-    fn step(&self, n_tokens: usize, pos0: usize) -> wgpu::Buffer {
-        self.step_of(Step::new(n_tokens as u32, pos0 as u32))
-    }
-
-    /// A step buffer holding `s` (tokens of several sequences: `Step::batch`,
-    /// `Step::for_sequence`).
-    fn step_of(&self, s: Step) -> wgpu::Buffer {
-        let b = ops::step_buffer(&self.0);
-        ops::write_step(&self.0, &b, s);
-        b
-    }
-
-    fn run(&self, ds: &[Dispatch], tokens: usize) {
-        submit(&self.0, &ds.iter().collect::<Vec<_>>(), tokens as u32);
-    }
-
-    fn read(&self, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
-        pollster::block_on(self.0.read_f32(b, 0, n as u64)).unwrap()
-    }
-}
-
-macro_rules! gpu_or_skip {
-    () => {
-        match Gpu::get() {
-            Some(g) => g,
-            None => return,
-        }
-    };
-}
-
-/// Fresh inputs each run; the seed is printed so a failure can be replayed.
-fn seeded() -> StdRng {
-    let seed = std::env::var("LILYPAD_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("LILYPAD_TEST_SEED={seed}");
-    StdRng::seed_from_u64(seed)
-}
+mod common;
+use common::{Gpu, seeded};
 
 /// Uniform in [lo, hi).
 fn uniform(r: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {

@@ -205,10 +205,26 @@ async function ask(view, question) {
   const before = await view.locator('.chat-message.assistant').count();
   await view.fill('.chat-input', question);
   await view.click('.chat-send');
-  await view.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant').length > n
-    && ['done', 'error'].includes(document.getElementById('lilypad-chat').dataset.state), before, { timeout: 300_000 });
+  const start = Date.now();
+  try {
+    await view.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant').length > n
+      && ['done', 'error'].includes(document.getElementById('lilypad-chat').dataset.state), before, { timeout: 300_000 });
+  } catch (e) {
+    // Say where it stood: no reply bubble, a reply still growing, or a finished one whose state was not set.
+    const where = await view.evaluate(() => {
+      const replies = [...document.querySelectorAll('.chat-message.assistant')];
+      const last = replies.at(-1)?.textContent ?? '';
+      return {
+        state: document.getElementById('lilypad-chat').dataset.state, replies: replies.length,
+        replyChars: last.length, replyTail: last.slice(-80), stats: document.querySelector('.chat-stats')?.textContent,
+        model: document.querySelector('.agent-model-status')?.textContent, lora: document.body.dataset.lora,
+      };
+    }).catch((err) => String(err));
+    throw new Error(`no complete reply after ${((Date.now() - start) / 1000).toFixed(0)} s: ${JSON.stringify(where)}`, { cause: e });
+  }
   const reply = await view.locator('.chat-message.assistant').last().textContent();
   assert.equal(await view.getAttribute('#lilypad-chat', 'data-state'), 'done', reply);
+  console.log(`  (reply in ${((Date.now() - start) / 1000).toFixed(1)} s: ${await view.textContent('.chat-stats')})`);
   return reply;
 }
 
@@ -447,7 +463,8 @@ try {
   }
   step('passed');
 } catch (e) {
-  console.error(pageLog.slice(-40).join('\n'));
+  // The workbench logs a lot of its own; the view's and the workers' lines are what tell.
+  console.error(pageLog.filter((l) => !/ChatModelSelection|SettingsEditor2/.test(l)).slice(-40).join('\n'));
   await page.screenshot({ path: join(work, 'failure.png') }).catch(() => {});
   console.error(`screenshot: ${join(work, 'failure.png')}`);
   throw e;

@@ -67,3 +67,38 @@ fn entries<'a>(
     e.push((4, bind(step)));
     e
 }
+
+/// The gradient of [`silu_mul`] (out = silu(a) · b): da = d_out · b · silu'(a) and
+/// db = d_out · silu(a), for the step's tokens.
+pub fn silu_mul_backward(
+    ctx: &GpuContext,
+    a: &wgpu::Buffer,
+    b: &wgpu::Buffer,
+    d_out: &wgpu::Buffer,
+    da: &wgpu::Buffer,
+    db: &wgpu::Buffer,
+    row: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let pipeline = ctx.pipeline(
+        "elementwise_backward.wgsl",
+        "silu_mul_backward",
+        &Macros::new().u32("WG", WG),
+    )?;
+    let p = params(ctx, "silu_mul_backward", &[row]);
+    Ok(Dispatch::new(
+        ctx,
+        "silu_mul_backward",
+        pipeline,
+        &[
+            bind(a),
+            bind(b),
+            bind(d_out),
+            bind(da),
+            bind(db),
+            bind(&p),
+            bind(step),
+        ],
+        grid(row),
+    ))
+}

@@ -212,3 +212,70 @@ pub fn matvec_with(
         })
         .collect()
 }
+
+/// Tokens per thread of [`matvec_backward`]: each decoded weight unit serves this many.
+const BACKWARD_TILE: u32 = 8;
+
+/// dx[t, c] (+)= Σ_j W[j, c] · dy[t, j] for the step's tokens: the input gradient of
+/// [`matvec`] for a frozen weight, decoded from its blocks as the forward decodes them.
+/// Shapes: dy [T, dy_stride] with W.rows ≤ dy_stride, dx [T, W.cols]. One dispatch per
+/// weight chunk; every chunk after the first adds to dx.
+pub fn matvec_backward(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    dy: &wgpu::Buffer,
+    dx: &wgpu::Buffer,
+    dy_stride: u32,
+    step: &wgpu::Buffer,
+    accumulate: bool,
+) -> Result<Vec<Dispatch>> {
+    if w.rows > dy_stride as u64 || !w.cols.is_multiple_of(8) {
+        return Err(EngineError::Shape {
+            op: "matvec_backward",
+            detail: format!(
+                "{}: {} rows with dy stride {dy_stride}, {} columns (a multiple of 8 needed)",
+                w.name, w.rows, w.cols
+            ),
+        });
+    }
+    let base = Macros::new()
+        .flag(type_macro(w.ty))
+        .u32("WG", WG)
+        .u32("TILE", BACKWARD_TILE);
+    let set = ctx.pipeline("matvec_backward.wgsl", "matvec_backward", &base)?;
+    let add = ctx.pipeline(
+        "matvec_backward.wgsl",
+        "matvec_backward",
+        &base.flag("ACCUMULATE"),
+    )?;
+    w.chunks
+        .iter()
+        .filter(|c| c.rows > 0)
+        .enumerate()
+        .map(|(i, c)| {
+            let p = params(
+                ctx,
+                "matvec_backward",
+                &[c.rows, w.cols as u32, c.row_start, dy_stride],
+            );
+            let pipeline = if accumulate || i > 0 { &add } else { &set };
+            Ok(Dispatch::with_bindings(
+                ctx,
+                "matvec_backward",
+                pipeline.clone(),
+                &[
+                    (0, bind(&c.q)),
+                    (1, bind(&c.s)),
+                    (2, bind(dy)),
+                    (3, bind(dx)),
+                    (4, bind(&p)),
+                    (5, bind(step)),
+                ],
+                Grid::PerTokens {
+                    x: (w.cols as u32 / 8).div_ceil(WG),
+                    per_y: BACKWARD_TILE,
+                },
+            ))
+        })
+        .collect()
+}

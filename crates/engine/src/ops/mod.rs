@@ -13,6 +13,7 @@ pub mod copy;
 pub mod delta_net;
 pub mod elementwise;
 pub mod get_rows;
+pub mod matmul;
 pub mod matvec;
 pub mod rms_norm;
 pub mod rope;

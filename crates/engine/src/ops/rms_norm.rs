@@ -130,3 +130,59 @@ fn norm_saving(
         },
     ))
 }
+
+/// The gated form of [`rms_norm_backward`]: the forward's z, and where its gradient goes.
+pub struct GateGrad<'a> {
+    pub z: &'a wgpu::Buffer,
+    pub dz: &'a wgpu::Buffer,
+}
+
+/// The input gradient of [`rms_norm_saving`] (plain, or gated with `gate`) from the
+/// forward's input x, weights w and saved `rstd` [T, groups]: dx (+)= ∂L/∂x for the step's
+/// tokens given dy [T, groups, n]; with a gate, dz = ∂L/∂z as well. `accumulate` adds dx
+/// to what is there (a residual stream's gradient).
+pub fn rms_norm_backward(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    rstd: &wgpu::Buffer,
+    dy: &wgpu::Buffer,
+    dx: &wgpu::Buffer,
+    gate: Option<GateGrad>,
+    n: u32,
+    groups: u32,
+    accumulate: bool,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let mut macros = Macros::new().u32("WG", WG);
+    if gate.is_some() {
+        macros = macros.flag("GATED");
+    }
+    if accumulate {
+        macros = macros.flag("ACCUMULATE");
+    }
+    let pipeline = ctx.pipeline("rms_norm_backward.wgsl", "rms_norm_backward", &macros)?;
+    let p = params(ctx, "rms_norm_backward", &[n, groups]);
+    let mut bindings: Vec<(u32, wgpu::BindingResource)> = vec![
+        (0, bind(x)),
+        (1, bind(w)),
+        (2, bind(rstd)),
+        (3, bind(dy)),
+        (4, bind(dx)),
+        (5, bind(&p)),
+        (6, bind(step)),
+    ];
+    if let Some(g) = &gate {
+        bindings.extend([(7, bind(g.z)), (8, bind(g.dz))]);
+    }
+    Ok(Dispatch::with_bindings(
+        ctx,
+        "rms_norm_backward",
+        pipeline,
+        &bindings,
+        Grid::PerTokens {
+            x: groups,
+            per_y: 1,
+        },
+    ))
+}

@@ -34,6 +34,53 @@ pub fn rope(
     in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
+    rotate(
+        ctx,
+        x,
+        freqs,
+        [n_heads, head_dim, n_rot],
+        mode,
+        in_cache,
+        false,
+        step,
+    )
+}
+
+/// The gradient of [`rope`]: rotates dy [T, n_heads, head_dim] in place by the opposite
+/// angles (the rotation is orthogonal, so its transpose is its inverse), turning the
+/// gradient of the rotated values into that of the values before the rotation.
+pub fn rope_backward(
+    ctx: &GpuContext,
+    dy: &wgpu::Buffer,
+    freqs: &wgpu::Buffer,
+    n_heads: u32,
+    head_dim: u32,
+    n_rot: u32,
+    mode: RopeMode,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    rotate(
+        ctx,
+        dy,
+        freqs,
+        [n_heads, head_dim, n_rot],
+        mode,
+        false,
+        true,
+        step,
+    )
+}
+
+fn rotate(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    freqs: &wgpu::Buffer,
+    [n_heads, head_dim, n_rot]: [u32; 3],
+    mode: RopeMode,
+    in_cache: bool,
+    backward: bool,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
     if n_rot > head_dim || !n_rot.is_multiple_of(2) {
         return Err(EngineError::Shape {
             op: "rope",
@@ -44,11 +91,14 @@ pub fn rope(
     if mode == RopeMode::Neox {
         macros = macros.flag("NEOX");
     }
+    if backward {
+        macros = macros.flag("BACKWARD");
+    }
     let pipeline = ctx.pipeline("rope.wgsl", "rope", &macros)?;
     let p = params(ctx, "rope", &[n_heads, head_dim, n_rot, in_cache as u32]);
     Ok(Dispatch::new(
         ctx,
-        "rope",
+        if backward { "rope_backward" } else { "rope" },
         pipeline,
         &[bind(x), bind(freqs), bind(&p), bind(step)],
         Grid::PerTokens {

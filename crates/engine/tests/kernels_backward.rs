@@ -1,0 +1,848 @@
+//! The backward kernels against finite differences of f64 CPU references, on fresh random
+//! inputs whose sizes are not multiples of the workgroup sizes. Each test takes a scalar loss
+//! L = Σ r · out (r random, so dL/dout = r is the upstream gradient), differentiates the f64
+//! forward reference by central differences, and compares what the GPU kernel returns.
+//! Central differences of an f64 function are accurate to about 1e-9 relative here, so the
+//! stated tolerances measure the kernels' f32 arithmetic. Where an input has many elements,
+//! a random sample of them is differenced, and every element is checked against the
+//! analytic f64 gradient that the differences confirm.
+//! Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
+
+use lilypad_engine::ops::matmul::{Operand, TokenDim};
+use lilypad_engine::ops::rms_norm::GateGrad;
+use lilypad_engine::ops::{self, Step, rope::RopeMode};
+use lilypad_engine::weights::GpuWeight;
+use lilypad_gguf::{GgmlType, dequantize, quantize};
+use rand::{Rng, rngs::StdRng};
+
+mod common;
+use common::seeded;
+
+fn randn(r: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| (r.random::<f32>() * 2.0 - 1.0) * scale)
+        .collect()
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// Step of the finite differences: small next to the inputs (about 1), large next to f64's
+/// rounding of the loss.
+const H: f64 = 1e-5;
+
+/// ∂f/∂x[i] by central differences, for each i of `at`.
+fn finite_differences(f: impl Fn(&[f64]) -> f64, x: &[f64], at: &[usize]) -> Vec<f64> {
+    let mut x = x.to_vec();
+    at.iter()
+        .map(|&i| {
+            let v = x[i];
+            x[i] = v + H;
+            let up = f(&x);
+            x[i] = v - H;
+            let down = f(&x);
+            x[i] = v;
+            (up - down) / (2.0 * H)
+        })
+        .collect()
+}
+
+/// `n` distinct indices below `len` (all of them when n ≥ len).
+fn sample(r: &mut StdRng, len: usize, n: usize) -> Vec<usize> {
+    if n >= len {
+        return (0..len).collect();
+    }
+    let mut all: Vec<usize> = (0..len).collect();
+    for i in 0..n {
+        let j = r.random_range(i..len);
+        all.swap(i, j);
+    }
+    all.truncate(n);
+    all
+}
+
+/// |got − want| ≤ rel · (|want| + floor) everywhere; returns the worst ratio to that bound.
+fn assert_close(got: &[f64], want: &[f64], rel: f64, floor: f64, what: &str) -> f64 {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = 0f64;
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g - w).abs() / (w.abs() + floor);
+        assert!(
+            err <= rel && g.is_finite(),
+            "{what}: index {i}: got {g}, want {w} (rel err {err:.2e} > {rel:.0e})"
+        );
+        worst = worst.max(err);
+    }
+    worst
+}
+
+/// The GPU's gradient at the sampled indices against their finite differences, and at every
+/// index against the analytic f64 gradient.
+fn check_gradient(
+    gpu: &[f32],
+    analytic: &[f64],
+    fd: &[f64],
+    at: &[usize],
+    rel: f64,
+    floor: f64,
+    what: &str,
+) {
+    let gpu = f64s(gpu);
+    // The analytic reference is what the differences say (confirms the reference itself).
+    let sampled: Vec<f64> = at.iter().map(|&i| analytic[i]).collect();
+    assert_close(
+        &sampled,
+        fd,
+        1e-6,
+        floor,
+        &format!("{what}: analytic vs differences"),
+    );
+    let at_samples: Vec<f64> = at.iter().map(|&i| gpu[i]).collect();
+    let worst_fd = assert_close(
+        &at_samples,
+        fd,
+        rel,
+        floor,
+        &format!("{what}: GPU vs differences"),
+    );
+    let worst = assert_close(
+        &gpu,
+        analytic,
+        rel,
+        floor,
+        &format!("{what}: GPU vs analytic"),
+    );
+    eprintln!(
+        "{what}: worst relative error {worst_fd:.1e} (differences), {worst:.1e} (all {})",
+        gpu.len()
+    );
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+// ---------------------------------------------------------------------------------------
+// Frozen quantized linear: dx = Wᵀ · dy from the weight's blocks.
+
+/// y[t] = W · x[t] for W [rows, cols] (row-major, f64).
+fn linear_f64(w: &[f64], x: &[f64], cols: usize) -> Vec<f64> {
+    x.chunks_exact(cols)
+        .flat_map(|xt| w.chunks_exact(cols).map(move |wr| dot(wr, xt)))
+        .collect()
+}
+
+fn test_cols(ty: GgmlType) -> usize {
+    if ty.block_size() == 256 { 512 } else { 96 }
+}
+
+#[test]
+fn matvec_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    // 11 tokens: one 8-token tile and part of another; 37 rows, split into chunks of 16 in
+    // the second pass so that later chunks add to the first one's output.
+    let (t, rows) = (11usize, 37usize);
+    for &ty in lilypad_engine::weights::SUPPORTED {
+        let cols = test_cols(ty);
+        let bytes = quantize(ty, &randn(&mut r, rows * cols, 1.0)).unwrap();
+        let mut deq = vec![0f32; rows * cols];
+        dequantize(ty, &bytes, &mut deq).unwrap();
+        let w64 = f64s(&deq);
+        let x = randn(&mut r, t * cols, 1.0);
+        // dy lives in a wider buffer (stride rows + 5), as a projection's slice of a row.
+        let stride = rows + 5;
+        let dy = randn(&mut r, t * stride, 1.0);
+        let dy_rows: Vec<f64> = dy
+            .chunks_exact(stride)
+            .flat_map(|c| f64s(&c[..rows]))
+            .collect();
+        let loss = |x: &[f64]| dot(&linear_f64(&w64, x, cols), &dy_rows);
+        let analytic: Vec<f64> = dy_rows
+            .chunks_exact(rows)
+            .flat_map(|g| {
+                (0..cols)
+                    .map(|c| (0..rows).map(|j| w64[j * cols + c] * g[j]).sum::<f64>())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let at = sample(&mut r, t * cols, 40);
+        let fd = finite_differences(loss, &f64s(&x), &at);
+        for chunk_rows in [None, Some(16u64)] {
+            let row_bytes = ty.row_bytes(cols as u64).unwrap();
+            let weight = GpuWeight::upload(
+                &gpu.0,
+                "w",
+                ty,
+                rows as u64,
+                cols as u64,
+                &bytes,
+                chunk_rows.map(|n| n * row_bytes),
+            )
+            .unwrap();
+            assert_eq!(weight.chunks.len() > 1, chunk_rows.is_some());
+            // Accumulating onto a known start checks that every chunk adds.
+            let start = randn(&mut r, t * cols, 1.0);
+            for accumulate in [false, true] {
+                let dx = gpu.upload(&start);
+                let step = gpu.step_of(Step::new(t as u32, 0));
+                let ds = ops::matvec::matvec_backward(
+                    &gpu.0,
+                    &weight,
+                    &gpu.upload(&dy),
+                    &dx,
+                    stride as u32,
+                    &step,
+                    accumulate,
+                )
+                .unwrap();
+                gpu.run(&ds, t);
+                let mut got = gpu.read(&dx, t * cols);
+                if accumulate {
+                    got.iter_mut().zip(&start).for_each(|(g, s)| *g -= s);
+                }
+                check_gradient(
+                    &got,
+                    &analytic,
+                    &fd,
+                    &at,
+                    2e-4,
+                    1.0,
+                    &format!(
+                        "{ty:?} dx (chunks {}, accumulate {accumulate})",
+                        weight.chunks.len()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_backward_rejects_bad_shapes() {
+    let gpu = gpu_or_skip!();
+    let w = GpuWeight::upload(
+        &gpu.0,
+        "w",
+        GgmlType::F32,
+        8,
+        16,
+        bytemuck::cast_slice(&[0f32; 128]),
+        None,
+    )
+    .unwrap();
+    let b = gpu.upload(&[0.0; 128]);
+    let step = gpu.step_of(Step::new(1, 0));
+    let err = ops::matvec::matvec_backward(&gpu.0, &w, &b, &b, 7, &step, false)
+        .err()
+        .expect("a dy stride below the weight's rows");
+    assert!(err.to_string().contains("dy stride 7"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// LoRA: y = W·x + s · B·(A·x); the gradients of A and B, and the adapter's share of dx.
+
+/// c = A · B in f64 for A [m, k], B [k, n].
+fn matmul_f64(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
+    let mut c = vec![0f64; m * n];
+    for i in 0..m {
+        for l in 0..k {
+            let av = a[i * k + l];
+            for j in 0..n {
+                c[i * n + j] += av * b[l * n + j];
+            }
+        }
+    }
+    c
+}
+
+fn transpose(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut t = vec![0f64; a.len()];
+    for i in 0..rows {
+        for j in 0..cols {
+            t[j * rows + i] = a[i * cols + j];
+        }
+    }
+    t
+}
+
+#[test]
+fn matmul_matches_reference_in_every_orientation() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    // c [m, n] = A [m, k] · B [k, n]; stored operands are padded (strides past the widths).
+    let (m, n, k) = (19usize, 23usize, 37usize);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = randn(&mut r, m * k, 1.0);
+        let b = randn(&mut r, k * n, 1.0);
+        let want = matmul_f64(&f64s(&a), &f64s(&b), m, k, n);
+        // Stored layouts: A as [m, k] or as Aᵀ [k, m], each row padded by 3.
+        let store = |v: &[f32], rows: usize, cols: usize, t: bool| -> (Vec<f32>, usize) {
+            let src = if t {
+                transpose(&f64s(v), rows, cols)
+            } else {
+                f64s(v)
+            };
+            let (sr, sc) = if t { (cols, rows) } else { (rows, cols) };
+            let stride = sc + 3;
+            let mut out = vec![f32::NAN; sr * stride];
+            for i in 0..sr {
+                for j in 0..sc {
+                    out[i * stride + j] = src[i * sc + j] as f32;
+                }
+            }
+            (out, stride)
+        };
+        let (sa, lda) = store(&a, m, k, ta);
+        let (sb, ldb) = store(&b, k, n, tb);
+        let (ba, bb) = (gpu.upload(&sa), gpu.upload(&sb));
+        let operand = |buf, stride, t| Operand {
+            buf,
+            stride: stride as u32,
+            transposed: t,
+        };
+        let ldc = n + 2;
+        let start = randn(&mut r, m * ldc, 1.0);
+        for (accumulate, alpha) in [(false, 1.0f32), (true, -0.75)] {
+            let c = gpu.upload(&start);
+            // The step's token count (m − 4) stands for m: rows past it stay untouched.
+            let tokens = m - 4;
+            let step = gpu.step_of(Step::new(tokens as u32, 0));
+            let d = ops::matmul::matmul(
+                &gpu.0,
+                operand(&ba, lda, ta),
+                operand(&bb, ldb, tb),
+                &c,
+                [m as u32, n as u32, k as u32],
+                ldc as u32,
+                alpha,
+                accumulate,
+                TokenDim::Rows,
+                &step,
+            )
+            .unwrap();
+            gpu.run(&[d], tokens);
+            let got = gpu.read(&c, m * ldc);
+            for i in 0..m {
+                for j in 0..ldc {
+                    let g = got[i * ldc + j] as f64;
+                    let s = start[i * ldc + j] as f64;
+                    let w = if i < tokens && j < n {
+                        alpha as f64 * want[i * n + j] + if accumulate { s } else { 0.0 }
+                    } else {
+                        s
+                    };
+                    assert!(
+                        (g - w).abs() <= 1e-5 * (w.abs() + k as f64),
+                        "A{} B{} accumulate {accumulate}: c[{i}, {j}] = {g}, want {w}",
+                        if ta { "ᵀ" } else { "" },
+                        if tb { "ᵀ" } else { "" },
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_rejects_strides_too_narrow() {
+    let gpu = gpu_or_skip!();
+    let b = gpu.upload(&[0.0; 64]);
+    let step = gpu.step_of(Step::new(1, 0));
+    let err = ops::matmul::matmul(
+        &gpu.0,
+        Operand::new(&b, 3),
+        Operand::new(&b, 4),
+        &b,
+        [2, 4, 4],
+        4,
+        1.0,
+        false,
+        TokenDim::None,
+        &step,
+    )
+    .err()
+    .expect("A's rows hold 4 values, its stride is 3");
+    assert!(err.to_string().contains("matmul"), "{err}");
+}
+
+/// The LoRA path's gradients as a trainer computes them, from the kernels: u = A·x
+/// (kept from the forward), dB = s · dYᵀ·u, du = s · dY·B, dA = duᵀ·x, and
+/// dx = Wᵀ·dY + Aᵀ·du, against finite differences of y = W·x + s · B·(A·x).
+#[test]
+fn lora_gradients_match_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (t, n_in, n_out, rank) = (13usize, 72usize, 40usize, 5usize);
+    let scale = 1.7f32;
+    let w = randn(&mut r, n_out * n_in, 1.0);
+    let a = randn(&mut r, rank * n_in, 0.5);
+    let b = randn(&mut r, n_out * rank, 0.5);
+    let x = randn(&mut r, t * n_in, 1.0);
+    let dy = randn(&mut r, t * n_out, 1.0);
+    let (w64, dy64, s) = (f64s(&w), f64s(&dy), scale as f64);
+    let forward = |x: &[f64], a: &[f64], b: &[f64]| -> f64 {
+        let u = matmul_f64(x, &transpose(a, rank, n_in), t, n_in, rank);
+        let lora = matmul_f64(&u, &transpose(b, n_out, rank), t, rank, n_out);
+        let base = linear_f64(&w64, x, n_in);
+        let y: Vec<f64> = base.iter().zip(&lora).map(|(p, q)| p + s * q).collect();
+        dot(&y, &dy64)
+    };
+    let (x64, a64, b64) = (f64s(&x), f64s(&a), f64s(&b));
+    // Analytic references.
+    let u = matmul_f64(&x64, &transpose(&a64, rank, n_in), t, n_in, rank);
+    let db_ref: Vec<f64> = matmul_f64(&transpose(&dy64, t, n_out), &u, n_out, t, rank)
+        .iter()
+        .map(|v| s * v)
+        .collect();
+    let du: Vec<f64> = matmul_f64(&dy64, &b64, t, n_out, rank)
+        .iter()
+        .map(|v| s * v)
+        .collect();
+    let da_ref = matmul_f64(&transpose(&du, t, rank), &x64, rank, t, n_in);
+    let dx_ref: Vec<f64> = {
+        let base = matmul_f64(&dy64, &w64, t, n_out, n_in);
+        let lora = matmul_f64(&du, &a64, t, rank, n_in);
+        base.iter().zip(&lora).map(|(p, q)| p + q).collect()
+    };
+
+    // On the GPU. u is what the forward keeps; here it is computed by the same matmul.
+    let g = &gpu.0;
+    let step = gpu.step_of(Step::new(t as u32, 0));
+    let weight = GpuWeight::upload(
+        g,
+        "w",
+        GgmlType::F32,
+        n_out as u64,
+        n_in as u64,
+        bytemuck::cast_slice(&w),
+        None,
+    )
+    .unwrap();
+    let (ba, bb, bx, bdy) = (
+        gpu.upload(&a),
+        gpu.upload(&b),
+        gpu.upload(&x),
+        gpu.upload(&dy),
+    );
+    let zeros = |n: usize| gpu.upload(&vec![0.0; n]);
+    let (bu, bdu, bda, bdb, bdx) = (
+        zeros(t * rank),
+        zeros(t * rank),
+        zeros(rank * n_in),
+        zeros(n_out * rank),
+        zeros(t * n_in),
+    );
+    let (ti, to, tr) = (n_in as u32, n_out as u32, rank as u32);
+    let mm = |a, b, c, mnk, ldc, alpha, acc, tokens| {
+        ops::matmul::matmul(g, a, b, c, mnk, ldc, alpha, acc, tokens, &step).unwrap()
+    };
+    let mut ds = vec![
+        // u [t, r] = x · Aᵀ
+        mm(
+            Operand::new(&bx, ti),
+            Operand::t(&ba, ti),
+            &bu,
+            [t as u32, tr, ti],
+            tr,
+            1.0,
+            false,
+            TokenDim::Rows,
+        ),
+        // dB [out, r] = s · dYᵀ · u
+        mm(
+            Operand::t(&bdy, to),
+            Operand::new(&bu, tr),
+            &bdb,
+            [to, tr, t as u32],
+            tr,
+            scale,
+            false,
+            TokenDim::Inner,
+        ),
+        // du [t, r] = s · dY · B
+        mm(
+            Operand::new(&bdy, to),
+            Operand::new(&bb, tr),
+            &bdu,
+            [t as u32, tr, to],
+            tr,
+            scale,
+            false,
+            TokenDim::Rows,
+        ),
+        // dA [r, in] = duᵀ · x
+        mm(
+            Operand::t(&bdu, tr),
+            Operand::new(&bx, ti),
+            &bda,
+            [tr, ti, t as u32],
+            ti,
+            1.0,
+            false,
+            TokenDim::Inner,
+        ),
+    ];
+    // dx = Wᵀ · dY, then += du · A
+    ds.extend(ops::matvec::matvec_backward(g, &weight, &bdy, &bdx, to, &step, false).unwrap());
+    ds.push(mm(
+        Operand::new(&bdu, tr),
+        Operand::new(&ba, ti),
+        &bdx,
+        [t as u32, ti, tr],
+        ti,
+        1.0,
+        true,
+        TokenDim::Rows,
+    ));
+    gpu.run(&ds, t);
+
+    let fd_a = {
+        let at = sample(&mut r, a.len(), 60);
+        let fd = finite_differences(|a| forward(&x64, a, &b64), &a64, &at);
+        (at, fd)
+    };
+    let fd_b = {
+        let at = sample(&mut r, b.len(), 60);
+        let fd = finite_differences(|b| forward(&x64, &a64, b), &b64, &at);
+        (at, fd)
+    };
+    let fd_x = {
+        let at = sample(&mut r, x.len(), 60);
+        let fd = finite_differences(|x| forward(x, &a64, &b64), &x64, &at);
+        (at, fd)
+    };
+    check_gradient(
+        &gpu.read(&bda, a.len()),
+        &da_ref,
+        &fd_a.1,
+        &fd_a.0,
+        1e-4,
+        1.0,
+        "LoRA dA",
+    );
+    check_gradient(
+        &gpu.read(&bdb, b.len()),
+        &db_ref,
+        &fd_b.1,
+        &fd_b.0,
+        1e-4,
+        1.0,
+        "LoRA dB",
+    );
+    check_gradient(
+        &gpu.read(&bdx, x.len()),
+        &dx_ref,
+        &fd_x.1,
+        &fd_x.0,
+        1e-4,
+        1.0,
+        "LoRA dx",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// RMSNorm, plain and gated.
+
+fn silu(v: f64) -> f64 {
+    v / (1.0 + (-v).exp())
+}
+
+/// y = x / rms(x) · w (· silu(z)) per row of n; also the rows' 1 / rms.
+fn rms_norm_f64(
+    x: &[f64],
+    w: &[f64],
+    z: Option<&[f64]>,
+    n: usize,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0f64; x.len()];
+    let mut rstd = Vec::new();
+    for (row, xs) in x.chunks_exact(n).enumerate() {
+        let s = 1.0 / (xs.iter().map(|v| v * v).sum::<f64>() / n as f64 + eps).sqrt();
+        rstd.push(s);
+        for i in 0..n {
+            let g = z.map_or(1.0, |z| silu(z[row * n + i]));
+            y[row * n + i] = xs[i] * s * w[i] * g;
+        }
+    }
+    (y, rstd)
+}
+
+#[test]
+fn rms_norm_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let eps = 1e-6f32;
+    // (n, groups): a hidden-state norm wider than the workgroup, per-head norms.
+    for (n, groups) in [(200usize, 1usize), (24, 3)] {
+        for gated in [false, true] {
+            let t = 5usize;
+            let len = t * groups * n;
+            let x = randn(&mut r, len, 1.0);
+            let w = randn(&mut r, n, 1.5);
+            let z = randn(&mut r, len, 2.0);
+            let dy = randn(&mut r, len, 1.0);
+            let (x64, w64, z64, dy64) = (f64s(&x), f64s(&w), f64s(&z), f64s(&dy));
+            let zg = gated.then_some(&z64[..]);
+            let (_, rstd) = rms_norm_f64(&x64, &w64, zg, n, eps as f64);
+            let at = sample(&mut r, len, len);
+            let fd_x = finite_differences(
+                |x| dot(&rms_norm_f64(x, &w64, zg, n, eps as f64).0, &dy64),
+                &x64,
+                &at,
+            );
+            let fd_z = finite_differences(
+                |z| dot(&rms_norm_f64(&x64, &w64, Some(z), n, eps as f64).0, &dy64),
+                &z64,
+                &at,
+            );
+            // Every element is differenced: the differences are the reference.
+            let step = gpu.step_of(Step::new(t as u32, 0));
+            let start = randn(&mut r, len, 1.0);
+            let dx = gpu.upload(&start);
+            let dz = gpu.upload(&vec![0.0; len]);
+            let rstd32: Vec<f32> = rstd.iter().map(|&v| v as f32).collect();
+            let (bz, bx, bw, bdy, brstd) = (
+                gpu.upload(&z),
+                gpu.upload(&x),
+                gpu.upload(&w),
+                gpu.upload(&dy),
+                gpu.upload(&rstd32),
+            );
+            let d = ops::rms_norm::rms_norm_backward(
+                &gpu.0,
+                &bx,
+                &bw,
+                &brstd,
+                &bdy,
+                &dx,
+                gated.then_some(GateGrad { z: &bz, dz: &dz }),
+                n as u32,
+                groups as u32,
+                true,
+                &step,
+            )
+            .unwrap();
+            gpu.run(&[d], t);
+            let got: Vec<f32> = gpu
+                .read(&dx, len)
+                .iter()
+                .zip(&start)
+                .map(|(g, s)| g - s)
+                .collect();
+            let what = format!("rms_norm n {n} groups {groups} gated {gated}");
+            check_gradient(&got, &fd_x, &fd_x, &at, 1e-4, 0.1, &format!("{what}: dx"));
+            if gated {
+                check_gradient(
+                    &gpu.read(&dz, len),
+                    &fd_z,
+                    &fd_z,
+                    &at,
+                    1e-4,
+                    0.1,
+                    &format!("{what}: dz"),
+                );
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// SwiGLU.
+
+#[test]
+fn silu_mul_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (t, row) = (6usize, 300usize);
+    let len = t * row;
+    let (a, b, d) = (
+        randn(&mut r, len, 4.0),
+        randn(&mut r, len, 2.0),
+        randn(&mut r, len, 1.0),
+    );
+    let (a64, b64, d64) = (f64s(&a), f64s(&b), f64s(&d));
+    let out = |a: &[f64], b: &[f64]| -> f64 {
+        a.iter()
+            .zip(b)
+            .zip(&d64)
+            .map(|((a, b), d)| silu(*a) * b * d)
+            .sum()
+    };
+    let at: Vec<usize> = (0..len).collect();
+    let fd_a = finite_differences(|a| out(a, &b64), &a64, &at);
+    let fd_b = finite_differences(|b| out(&a64, b), &b64, &at);
+    let step = gpu.step_of(Step::new(t as u32, 0));
+    let (da, db) = (gpu.upload(&vec![0.0; len]), gpu.upload(&vec![0.0; len]));
+    let k = ops::elementwise::silu_mul_backward(
+        &gpu.0,
+        &gpu.upload(&a),
+        &gpu.upload(&b),
+        &gpu.upload(&d),
+        &da,
+        &db,
+        row as u32,
+        &step,
+    )
+    .unwrap();
+    gpu.run(&[k], t);
+    check_gradient(
+        &gpu.read(&da, len),
+        &fd_a,
+        &fd_a,
+        &at,
+        1e-5,
+        0.01,
+        "silu_mul da",
+    );
+    check_gradient(
+        &gpu.read(&db, len),
+        &fd_b,
+        &fd_b,
+        &at,
+        1e-5,
+        0.01,
+        "silu_mul db",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// RoPE.
+
+fn rope_f64(
+    x: &[f64],
+    pos: &[u32],
+    freqs: &[f32],
+    heads: usize,
+    hd: usize,
+    n_rot: usize,
+    neox: bool,
+) -> Vec<f64> {
+    let mut y = x.to_vec();
+    let half = n_rot / 2;
+    for (t, &p) in pos.iter().enumerate() {
+        for h in 0..heads {
+            let base = (t * heads + h) * hd;
+            for (i, &f) in freqs.iter().enumerate().take(half) {
+                let theta = p as f64 * f as f64;
+                let (i0, i1) = if neox {
+                    (base + i, base + i + half)
+                } else {
+                    (base + 2 * i, base + 2 * i + 1)
+                };
+                let (a, b) = (x[i0], x[i1]);
+                y[i0] = a * theta.cos() - b * theta.sin();
+                y[i1] = a * theta.sin() + b * theta.cos();
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn rope_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (t, heads, hd) = (7usize, 3usize, 20usize);
+    // Partial rotation (Qwen3.5 rotates a quarter of each head) and full, both layouts.
+    for (n_rot, mode) in [
+        (8usize, RopeMode::Neox),
+        (20, RopeMode::Neox),
+        (12, RopeMode::Interleaved),
+    ] {
+        let pos0 = r.random_range(0..5000u32);
+        let pos: Vec<u32> = (0..t as u32).map(|i| pos0 + i).collect();
+        let freqs = ops::rope::frequencies(10000.0, n_rot as u32);
+        let len = t * heads * hd;
+        let x = randn(&mut r, len, 1.0);
+        let dy = randn(&mut r, len, 1.0);
+        let dy64 = f64s(&dy);
+        let neox = mode == RopeMode::Neox;
+        let at: Vec<usize> = (0..len).collect();
+        let fd = finite_differences(
+            |x| dot(&rope_f64(x, &pos, &freqs, heads, hd, n_rot, neox), &dy64),
+            &f64s(&x),
+            &at,
+        );
+        let buf = gpu.upload(&dy);
+        let step = gpu.step_of(Step::new(t as u32, pos0));
+        let d = ops::rope::rope_backward(
+            &gpu.0,
+            &buf,
+            &gpu.upload(&freqs),
+            heads as u32,
+            hd as u32,
+            n_rot as u32,
+            mode,
+            &step,
+        )
+        .unwrap();
+        gpu.run(&[d], t);
+        // sin/cos of angles up to ~5000 rad in f32: the GPU's angle rounds as the forward's.
+        check_gradient(
+            &gpu.read(&buf, len),
+            &fd,
+            &fd,
+            &at,
+            2e-3,
+            0.1,
+            &format!("rope {mode:?} n_rot {n_rot}"),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The log-probability of chosen tokens.
+
+fn log_prob_loss(x: &[f64], targets: &[u32], coef: &[f64], n: usize) -> f64 {
+    x.chunks_exact(n)
+        .zip(targets)
+        .zip(coef)
+        .map(|((row, &tg), c)| {
+            let mx = row.iter().cloned().fold(f64::MIN, f64::max);
+            let lse = mx + row.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
+            c * (row[tg as usize] - lse)
+        })
+        .sum()
+}
+
+#[test]
+fn log_prob_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    // A vocabulary that is not a multiple of the workgroup; rows past the step stay untouched.
+    let (t, max_rows, n) = (5usize, 7usize, 517usize);
+    let x = randn(&mut r, max_rows * n, 6.0);
+    let targets: Vec<u32> = (0..max_rows).map(|_| r.random_range(0..n as u32)).collect();
+    let coef = randn(&mut r, max_rows, 2.0);
+    let (x64, c64) = (f64s(&x), f64s(&coef));
+    let live = t * n;
+    let at: Vec<usize> = (0..live).collect();
+    let fd = finite_differences(
+        |x| log_prob_loss(x, &targets[..t], &c64[..t], n),
+        &x64[..live],
+        &at,
+    );
+    let start = randn(&mut r, max_rows * n, 1.0);
+    let dx = gpu.upload(&start);
+    let d = ops::softmax::log_prob_backward(
+        &gpu.0,
+        &gpu.upload(&x),
+        &gpu.upload_u32(&targets),
+        &gpu.upload(&coef),
+        &dx,
+        n as u32,
+        max_rows as u32,
+    )
+    .unwrap();
+    gpu.run(&[d], t);
+    let got = gpu.read(&dx, max_rows * n);
+    check_gradient(&got[..live], &fd, &fd, &at, 1e-4, 1e-3, "log-prob dlogits");
+    assert_eq!(
+        &got[live..],
+        &start[live..],
+        "rows past the step's tokens are left alone"
+    );
+}
