@@ -42,6 +42,10 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../shaders/attention.wgsl"),
     ),
     (
+        "attention_backward.wgsl",
+        include_str!("../../../shaders/attention_backward.wgsl"),
+    ),
+    (
         "elementwise.wgsl",
         include_str!("../../../shaders/elementwise.wgsl"),
     ),
@@ -62,6 +66,10 @@ const SOURCES: &[(&str, &str)] = &[
     (
         "attn_gate.wgsl",
         include_str!("../../../shaders/attn_gate.wgsl"),
+    ),
+    (
+        "attn_gate_backward.wgsl",
+        include_str!("../../../shaders/attn_gate_backward.wgsl"),
     ),
 ];
 

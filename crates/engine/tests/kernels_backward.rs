@@ -846,3 +846,282 @@ fn log_prob_backward_matches_finite_differences() {
         "rows past the step's tokens are left alone"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Causal grouped-query attention.
+
+/// The attention of one sequence's tokens at positions pos0.. over its cache rows
+/// (row = position), f64: out [T, heads, hd] and the log-sum-exp [T, heads].
+fn attention_f64(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    (heads, kv_heads, hd): (usize, usize, usize),
+    pos0: usize,
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let t_n = q.len() / (heads * hd);
+    let mut out = vec![0f64; q.len()];
+    let mut lse = vec![0f64; t_n * heads];
+    for t in 0..t_n {
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let qt = &q[(t * heads + h) * hd..][..hd];
+            let scores: Vec<f64> = (0..=pos0 + t)
+                .map(|j| scale * dot(qt, &k[(j * kv_heads + g) * hd..][..hd]))
+                .collect();
+            let m = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let sum: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+            lse[t * heads + h] = m + sum.ln();
+            for (j, s) in scores.iter().enumerate() {
+                let pr = (s - m).exp() / sum;
+                for d in 0..hd {
+                    out[(t * heads + h) * hd + d] += pr * v[(j * kv_heads + g) * hd + d];
+                }
+            }
+        }
+    }
+    (out, lse)
+}
+
+#[test]
+fn attention_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    // Two query heads per KV head, a head dim that is no power of two; the step's 6 tokens
+    // (positions 5..11) see 5 rows that an earlier step wrote. The sequence is in slot 1 of a
+    // two-slot cache, so its rows start at ctx.
+    let (heads, kv_heads, hd, t_n, pos0, ctx) = (4usize, 2usize, 12usize, 6usize, 5usize, 16usize);
+    let shape = (heads, kv_heads, hd);
+    let scale = 1.0 / (hd as f64).sqrt();
+    let rows = pos0 + t_n;
+    let q = randn(&mut r, t_n * heads * hd, 1.5);
+    let k = randn(&mut r, rows * kv_heads * hd, 1.5);
+    let v = randn(&mut r, rows * kv_heads * hd, 1.0);
+    let d_o = randn(&mut r, t_n * heads * hd, 1.0);
+    let (q64, k64, v64, do64) = (f64s(&q), f64s(&k), f64s(&v), f64s(&d_o));
+    let (out, lse) = attention_f64(&q64, &k64, &v64, shape, pos0, scale);
+    let loss =
+        |q: &[f64], k: &[f64], v: &[f64]| dot(&attention_f64(q, k, v, shape, pos0, scale).0, &do64);
+    let all = |n: usize| (0..n).collect::<Vec<_>>();
+    let fd_q = finite_differences(|q| loss(q, &k64, &v64), &q64, &all(q.len()));
+    let fd_k = finite_differences(|k| loss(&q64, k, &v64), &k64, &all(k.len()));
+    let fd_v = finite_differences(|v| loss(&q64, &k64, v), &v64, &all(v.len()));
+
+    // The caches hold slot 0 (random, never read) then this sequence's rows.
+    let row = kv_heads * hd;
+    let cache = |seq: &[f32], r: &mut StdRng| {
+        let mut c = randn(r, 2 * ctx * row, 1.0);
+        c[ctx * row..ctx * row + seq.len()].copy_from_slice(seq);
+        c
+    };
+    let (kc, vc) = (cache(&k, &mut r), cache(&v, &mut r));
+    let (dk_start, dv_start) = (
+        randn(&mut r, 2 * ctx * row, 1.0),
+        randn(&mut r, 2 * ctx * row, 1.0),
+    );
+    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let (dq, dk, dv) = (
+        gpu.zeros(q.len()),
+        gpu.upload(&dk_start),
+        gpu.upload(&dv_start),
+    );
+    let (bq, bk, bv, bo, blse, bdo, delta) = (
+        gpu.upload(&q),
+        gpu.upload(&kc),
+        gpu.upload(&vc),
+        gpu.upload(&to32(&out)),
+        gpu.upload(&to32(&lse)),
+        gpu.upload(&d_o),
+        gpu.zeros(t_n * heads),
+    );
+    let step = gpu.step_of(Step::for_sequence(t_n as u32, pos0 as u32, 1, ctx as u32));
+    let grads = ops::attention::AttentionGrads {
+        q: &bq,
+        k: &bk,
+        v: &bv,
+        o: Some(&bo),
+        lse: &blse,
+        d_o: &bdo,
+        delta: &delta,
+        dq: &dq,
+        dk: &dk,
+        dv: &dv,
+    };
+    let ds = ops::attention::attention_backward(
+        &gpu.0,
+        &grads,
+        heads as u32,
+        kv_heads as u32,
+        hd as u32,
+        scale as f32,
+        ctx as u32,
+        &step,
+    )
+    .unwrap();
+    gpu.run(&ds, t_n);
+    check_gradient(
+        &gpu.read(&dq, q.len()),
+        &fd_q,
+        &fd_q,
+        &all(q.len()),
+        1e-4,
+        0.05,
+        "attention dq",
+    );
+    // dK and dV: this sequence's rows gain the gradient, every other row keeps its start.
+    for (name, buf, start, fd) in [("dk", &dk, &dk_start, &fd_k), ("dv", &dv, &dv_start, &fd_v)] {
+        let got = gpu.read(buf, 2 * ctx * row);
+        let mine: Vec<f32> = (0..rows * row)
+            .map(|i| got[ctx * row + i] - start[ctx * row + i])
+            .collect();
+        check_gradient(
+            &mine,
+            fd,
+            fd,
+            &all(fd.len()),
+            1e-4,
+            0.05,
+            &format!("attention {name}"),
+        );
+        let untouched =
+            (0..2 * ctx * row).filter(|&i| i < ctx * row || i >= ctx * row + rows * row);
+        for i in untouched {
+            assert_eq!(
+                got[i],
+                start[i],
+                "attention {name}: row {} was not seen",
+                i / row
+            );
+        }
+    }
+}
+
+/// Qwen3.5's gated attention end to end: attn_q's output qg holds each head's query and
+/// gate; att = attention(query) · σ(gate). The backward chain a trainer runs (the gate's
+/// backward, which also gives delta, attention's with delta given, the query's scatter
+/// back into dqg) against finite differences of the f64 forward through qg, K and V.
+#[test]
+fn gated_attention_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (heads, kv_heads, hd, t_n, pos0) = (4usize, 1usize, 8usize, 5usize, 3usize);
+    let shape = (heads, kv_heads, hd);
+    let scale = 1.0 / (hd as f64).sqrt();
+    let rows = pos0 + t_n;
+    let qg = randn(&mut r, t_n * heads * 2 * hd, 2.0);
+    let k = randn(&mut r, rows * kv_heads * hd, 1.5);
+    let v = randn(&mut r, rows * kv_heads * hd, 1.0);
+    let d_att = randn(&mut r, t_n * heads * hd, 1.0);
+    let (qg64, k64, v64, d64) = (f64s(&qg), f64s(&k), f64s(&v), f64s(&d_att));
+    let sig = |x: f64| 1.0 / (1.0 + (-x).exp());
+    let split = |qg: &[f64]| -> (Vec<f64>, Vec<f64>) {
+        let (mut q, mut g) = (Vec::new(), Vec::new());
+        for head in qg.chunks_exact(2 * hd) {
+            q.extend_from_slice(&head[..hd]);
+            g.extend_from_slice(&head[hd..]);
+        }
+        (q, g)
+    };
+    let gated = |qg: &[f64], k: &[f64], v: &[f64]| -> Vec<f64> {
+        let (q, g) = split(qg);
+        let (o, _) = attention_f64(&q, k, v, shape, pos0, scale);
+        o.iter().zip(&g).map(|(o, g)| o * sig(*g)).collect()
+    };
+    let loss = |qg: &[f64], k: &[f64], v: &[f64]| dot(&gated(qg, k, v), &d64);
+    let all = |n: usize| (0..n).collect::<Vec<_>>();
+    let fd_qg = finite_differences(|x| loss(x, &k64, &v64), &qg64, &all(qg.len()));
+    let fd_k = finite_differences(|x| loss(&qg64, x, &v64), &k64, &all(k.len()));
+    let fd_v = finite_differences(|x| loss(&qg64, &k64, x), &v64, &all(v.len()));
+
+    // What the forward keeps: the query, the gated output and the log-sum-exp.
+    let (q, _) = split(&qg64);
+    let (_, lse) = attention_f64(&q, &k64, &v64, shape, pos0, scale);
+    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let att = gated(&qg64, &k64, &v64);
+    let (bqg, bq, batt, blse, bk, bv) = (
+        gpu.upload(&qg),
+        gpu.upload(&to32(&q)),
+        gpu.upload(&to32(&att)),
+        gpu.upload(&to32(&lse)),
+        gpu.upload(&k),
+        gpu.upload(&v),
+    );
+    let (bd, dqg, delta, dq, dk, dv) = (
+        gpu.upload(&d_att),
+        gpu.zeros(qg.len()),
+        gpu.zeros(t_n * heads),
+        gpu.zeros(t_n * heads * hd),
+        gpu.zeros(k.len()),
+        gpu.zeros(v.len()),
+    );
+    let step = gpu.step_of(Step::new(t_n as u32, pos0 as u32));
+    let heads_of = ops::attn_gate::GatedHeads {
+        n_head: heads as u32,
+        head_dim: hd as u32,
+        max_tokens: t_n as u32,
+    };
+    let mut ds = vec![
+        heads_of
+            .sigmoid_gate_backward(&gpu.0, &bqg, &batt, &bd, &dqg, &delta, &step)
+            .unwrap(),
+    ];
+    let grads = ops::attention::AttentionGrads {
+        q: &bq,
+        k: &bk,
+        v: &bv,
+        o: None,
+        lse: &blse,
+        d_o: &bd,
+        delta: &delta,
+        dq: &dq,
+        dk: &dk,
+        dv: &dv,
+    };
+    ds.extend(
+        ops::attention::attention_backward(
+            &gpu.0,
+            &grads,
+            heads as u32,
+            kv_heads as u32,
+            hd as u32,
+            scale as f32,
+            rows as u32,
+            &step,
+        )
+        .unwrap(),
+    );
+    ds.push(
+        heads_of
+            .split_query_backward(&gpu.0, &dq, &dqg, &step)
+            .unwrap(),
+    );
+    gpu.run(&ds, t_n);
+    check_gradient(
+        &gpu.read(&dqg, qg.len()),
+        &fd_qg,
+        &fd_qg,
+        &all(qg.len()),
+        1e-4,
+        0.05,
+        "gated attention dqg",
+    );
+    check_gradient(
+        &gpu.read(&dk, k.len()),
+        &fd_k,
+        &fd_k,
+        &all(k.len()),
+        1e-4,
+        0.05,
+        "gated attention dk",
+    );
+    check_gradient(
+        &gpu.read(&dv, v.len()),
+        &fd_v,
+        &fd_v,
+        &all(v.len()),
+        1e-4,
+        0.05,
+        "gated attention dv",
+    );
+}

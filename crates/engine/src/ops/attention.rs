@@ -113,3 +113,103 @@ pub fn attention_saving(
         Grid::PerTokens { x: n_head, per_y },
     ))
 }
+
+/// The buffers of [`attention_backward`]: the forward's inputs, output and saved
+/// log-sum-exp, the output's gradient, and where the gradients go.
+pub struct AttentionGrads<'a> {
+    /// [T, n_head, head_dim], as the forward read it (after QK-norm and RoPE).
+    pub q: &'a wgpu::Buffer,
+    /// The layer's caches [ctx, n_kv, head_dim], holding this step's rows and earlier ones.
+    pub k: &'a wgpu::Buffer,
+    pub v: &'a wgpu::Buffer,
+    /// The forward's output [T, n_head, head_dim] (before any output gate), for delta; `None`
+    /// when delta holds Σ dO·O already (gated attention: `attn_gate::sigmoid_gate_backward`).
+    pub o: Option<&'a wgpu::Buffer>,
+    /// [T, n_head] from [`attention_saving`].
+    pub lse: &'a wgpu::Buffer,
+    /// ∂L/∂o [T, n_head, head_dim].
+    pub d_o: &'a wgpu::Buffer,
+    /// [T, n_head]: Σ dO·O per (token, head), written here unless given.
+    pub delta: &'a wgpu::Buffer,
+    /// Written: ∂L/∂q [T, n_head, head_dim].
+    pub dq: &'a wgpu::Buffer,
+    /// Added to: ∂L/∂K and ∂L/∂V in the caches' layout.
+    pub dk: &'a wgpu::Buffer,
+    pub dv: &'a wgpu::Buffer,
+}
+
+/// The gradients of [`attention_saving`] for a step of one sequence: dq for the step's
+/// queries, and the step's share of dK and dV for every cache row it saw (rows of earlier
+/// steps too), added to `dk`/`dv`. `ctx_rows`: rows per sequence in the caches (bounds the
+/// positions covered). Two dispatches, in order.
+pub fn attention_backward(
+    ctx: &GpuContext,
+    b: &AttentionGrads,
+    n_head: u32,
+    n_kv: u32,
+    head_dim: u32,
+    scale: f32,
+    ctx_rows: u32,
+    step: &wgpu::Buffer,
+) -> Result<Vec<Dispatch>> {
+    if head_dim == 0 || head_dim > 256 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
+        return Err(EngineError::Shape {
+            op: "attention_backward",
+            detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
+        });
+    }
+    let mut macros = Macros::new().u32("WG", WG).u32("HD", head_dim);
+    if b.o.is_none() {
+        macros = macros.flag("DELTA_GIVEN");
+    }
+    let p = params(
+        ctx,
+        "attention_backward",
+        &[n_head, n_kv, head_dim, scale.to_bits()],
+    );
+    let dq = ctx.pipeline("attention_backward.wgsl", "attention_backward_dq", &macros)?;
+    let dkv = ctx.pipeline("attention_backward.wgsl", "attention_backward_dkv", &macros)?;
+    Ok(vec![
+        Dispatch::with_bindings(
+            ctx,
+            "attention_backward_dq",
+            dq,
+            &[
+                (0, bind(b.q)),
+                (1, bind(b.k)),
+                (2, bind(b.v)),
+                (4, bind(b.d_o)),
+                (5, bind(b.lse)),
+                (6, bind(b.delta)),
+                (7, bind(b.dq)),
+                (10, bind(&p)),
+                (11, bind(step)),
+            ]
+            .into_iter()
+            .chain(b.o.map(|o| (3, bind(o))))
+            .collect::<Vec<_>>(),
+            Grid::PerTokens {
+                x: n_head.div_ceil(WG),
+                per_y: 1,
+            },
+        ),
+        Dispatch::with_bindings(
+            ctx,
+            "attention_backward_dkv",
+            dkv,
+            &[
+                (0, bind(b.q)),
+                (1, bind(b.k)),
+                (2, bind(b.v)),
+                (4, bind(b.d_o)),
+                (5, bind(b.lse)),
+                (6, bind(b.delta)),
+                (8, bind(b.dk)),
+                (9, bind(b.dv)),
+                (10, bind(&p)),
+                (11, bind(step)),
+            ],
+            Grid::Fixed([ctx_rows.div_ceil(WG), n_kv, 1]),
+        ),
+    ])
+}
