@@ -60,6 +60,10 @@ const SOURCES: &[(&str, &str)] = &[
     ("sample.wgsl", include_str!("../../../shaders/sample.wgsl")),
     ("conv1d.wgsl", include_str!("../../../shaders/conv1d.wgsl")),
     (
+        "conv1d_backward.wgsl",
+        include_str!("../../../shaders/conv1d_backward.wgsl"),
+    ),
+    (
         "delta_net.wgsl",
         include_str!("../../../shaders/delta_net.wgsl"),
     ),

@@ -1125,3 +1125,108 @@ fn gated_attention_backward_matches_finite_differences() {
         "gated attention dv",
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The DeltaNet's causal depthwise conv with its rolling state.
+
+/// silu(conv) over a whole sequence from an initial state [K − 1, C]: y [T, C] and the state
+/// after the last token.
+fn conv1d_f64(x: &[f64], w: &[f64], state: &[f64], c_n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
+    let e: Vec<f64> = state.iter().chain(x).cloned().collect();
+    let t_n = x.len() / c_n;
+    let mut y = vec![0f64; x.len()];
+    for t in 0..t_n {
+        for c in 0..c_n {
+            let a: f64 = (0..k).map(|j| w[c * k + j] * e[(t + j) * c_n + c]).sum();
+            y[t * c_n + c] = silu(a);
+        }
+    }
+    (y, e[t_n * c_n..].to_vec())
+}
+
+/// A sequence in two steps, the first shorter than the kernel (so its outgoing state still
+/// holds rows of its incoming one): the second step's backward runs first and hands its
+/// state gradient to the first's, as a trainer runs them. The final state's gradient is
+/// random too (a loss may read it). Against finite differences through the inputs and the
+/// initial state.
+#[test]
+fn conv1d_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (c_n, k, t1, t2) = (300usize, 4usize, 2usize, 5usize);
+    let sl = (k - 1) * c_n;
+    let x = randn(&mut r, (t1 + t2) * c_n, 2.0);
+    let w = randn(&mut r, c_n * k, 1.0);
+    let s0 = randn(&mut r, sl, 2.0);
+    let dy = randn(&mut r, (t1 + t2) * c_n, 1.0);
+    let d_final = randn(&mut r, sl, 1.0);
+    let (x64, w64, s064, dy64, df64) = (f64s(&x), f64s(&w), f64s(&s0), f64s(&dy), f64s(&d_final));
+    let loss = |x: &[f64], s: &[f64]| {
+        let (y, end) = conv1d_f64(x, &w64, s, c_n, k);
+        dot(&y, &dy64) + dot(&end, &df64)
+    };
+    let at_x = sample(&mut r, x.len(), 300);
+    let at_s = sample(&mut r, sl, 200);
+    let fd_x = finite_differences(|x| loss(x, &s064), &x64, &at_x);
+    let fd_s = finite_differences(|s| loss(&x64, s), &s064, &at_s);
+    // Analytic: the same chain rule the kernel applies, in f64, over the whole sequence.
+    let e: Vec<f64> = s064.iter().chain(&x64).cloned().collect();
+    let n = t1 + t2;
+    let mut de = vec![0f64; e.len()];
+    for t in 0..n {
+        for c in 0..c_n {
+            let a: f64 = (0..k).map(|j| w64[c * k + j] * e[(t + j) * c_n + c]).sum();
+            let s = 1.0 / (1.0 + (-a).exp());
+            let da = dy64[t * c_n + c] * s * (1.0 + a * (1.0 - s));
+            for j in 0..k {
+                de[(t + j) * c_n + c] += w64[c * k + j] * da;
+            }
+        }
+    }
+    for (i, d) in df64.iter().enumerate() {
+        de[n * c_n + i] += d;
+    }
+
+    // The state between the steps, as the forward leaves it.
+    let (_, s1) = conv1d_f64(&x64[..t1 * c_n], &w64, &s064, c_n, k);
+    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let bw = gpu.upload(&w);
+    let (dx1, dx2, ds1, ds0) = (
+        gpu.zeros(t1 * c_n),
+        gpu.zeros(t2 * c_n),
+        gpu.zeros(sl),
+        gpu.zeros(sl),
+    );
+    let part = |from: usize, to: usize, v: &[f32]| gpu.upload(&v[from * c_n..to * c_n]);
+    let step2 = gpu.step_of(Step::new(t2 as u32, t1 as u32));
+    let step1 = gpu.step_of(Step::new(t1 as u32, 0));
+    let (x2, dy2, bs1, bdf) = (
+        part(t1, n, &x),
+        part(t1, n, &dy),
+        gpu.upload(&to32(&s1)),
+        gpu.upload(&d_final),
+    );
+    let back2 = ops::conv1d::conv1d_backward(
+        &gpu.0, &x2, &bw, &bs1, &dy2, &bdf, &dx2, &ds1, c_n as u32, k as u32, &step2,
+    )
+    .unwrap();
+    gpu.run(&[back2], t2);
+    let (x1, dy1, bs0) = (part(0, t1, &x), part(0, t1, &dy), gpu.upload(&s0));
+    let back1 = ops::conv1d::conv1d_backward(
+        &gpu.0, &x1, &bw, &bs0, &dy1, &ds1, &dx1, &ds0, c_n as u32, k as u32, &step1,
+    )
+    .unwrap();
+    gpu.run(&[back1], t1);
+    let mut dx = gpu.read(&dx1, t1 * c_n);
+    dx.extend(gpu.read(&dx2, t2 * c_n));
+    check_gradient(&dx, &de[sl..], &fd_x, &at_x, 1e-4, 0.05, "conv1d dx");
+    check_gradient(
+        &gpu.read(&ds0, sl),
+        &de[..sl],
+        &fd_s,
+        &at_s,
+        1e-4,
+        0.05,
+        "conv1d d_state",
+    );
+}

@@ -45,3 +45,57 @@ pub fn conv1d(
         Grid::Fixed([gx, 1, gz]),
     ))
 }
+
+/// The input gradient of [`conv1d`] for a step of one sequence: from the step's inputs x
+/// [T, channels], the weights, the state the step started from `state_in` [taps − 1,
+/// channels], dy [T, channels] and the gradient of the state the step left behind
+/// `d_state_out` (zeros for a sequence's last step), writes dx [T, channels] and
+/// `d_state_in`, the gradient the step before receives as its `d_state_out`.
+#[allow(clippy::too_many_arguments)]
+pub fn conv1d_backward(
+    ctx: &GpuContext,
+    x: &wgpu::Buffer,
+    w: &wgpu::Buffer,
+    state_in: &wgpu::Buffer,
+    dy: &wgpu::Buffer,
+    d_state_out: &wgpu::Buffer,
+    dx: &wgpu::Buffer,
+    d_state_in: &wgpu::Buffer,
+    channels: u32,
+    taps: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    let state_bytes = (taps.saturating_sub(1) as u64 * channels as u64 * 4).max(4);
+    let small = [state_in, d_state_out, d_state_in]
+        .iter()
+        .any(|b| b.size() < state_bytes);
+    if channels == 0 || !(2..=MAX_TAPS).contains(&taps) || small {
+        return Err(EngineError::Shape {
+            op: "conv1d_backward",
+            detail: format!(
+                "{channels} channels, kernel {taps} (2..={MAX_TAPS}), state buffers of at least {state_bytes} bytes"
+            ),
+        });
+    }
+    let macros = Macros::new().u32("WG", WG).u32("N_TAPS", taps);
+    let pipeline = ctx.pipeline("conv1d_backward.wgsl", "conv1d_backward", &macros)?;
+    let p = params(ctx, "conv1d_backward", &[channels]);
+    let (gx, gz) = fold_grid(channels.div_ceil(WG));
+    Ok(Dispatch::new(
+        ctx,
+        "conv1d_backward",
+        pipeline,
+        &[
+            bind(x),
+            bind(w),
+            bind(state_in),
+            bind(dy),
+            bind(d_state_out),
+            bind(dx),
+            bind(d_state_in),
+            bind(&p),
+            bind(step),
+        ],
+        Grid::Fixed([gx, 1, gz]),
+    ))
+}
