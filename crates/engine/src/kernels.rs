@@ -68,6 +68,10 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../shaders/delta_net.wgsl"),
     ),
     (
+        "delta_net_backward.wgsl",
+        include_str!("../../../shaders/delta_net_backward.wgsl"),
+    ),
+    (
         "attn_gate.wgsl",
         include_str!("../../../shaders/attn_gate.wgsl"),
     ),

@@ -1230,3 +1230,187 @@ fn conv1d_backward_matches_finite_differences() {
         "conv1d d_state",
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The gated delta rule.
+
+struct DeltaProblem {
+    shape: ops::delta_net::DeltaNetShape,
+    t: usize,
+    a: Vec<f64>,
+    dt_bias: Vec<f64>,
+    d_out: Vec<f64>,
+    d_state_out: Vec<f64>,
+}
+
+impl DeltaProblem {
+    /// out [T, n_v, d_v] and the final state, token by token in f64, as delta_net.wgsl's
+    /// header defines them; value head s reads key head s mod n_k.
+    fn forward(
+        &self,
+        qkv: &[f64],
+        alpha: &[f64],
+        beta: &[f64],
+        state: &[f64],
+    ) -> (Vec<f64>, Vec<f64>) {
+        let s = self.shape;
+        let (n_k, n_v, dk, dv) = (
+            s.n_k as usize,
+            s.n_v as usize,
+            s.d_k as usize,
+            s.d_v as usize,
+        );
+        let row = 2 * n_k * dk + n_v * dv;
+        let mut st = state.to_vec();
+        let mut out = vec![0f64; self.t * n_v * dv];
+        for t in 0..self.t {
+            for h in 0..n_v {
+                let kh = h % n_k;
+                let q = &qkv[t * row + kh * dk..][..dk];
+                let k = &qkv[t * row + (n_k + kh) * dk..][..dk];
+                let v = &qkv[t * row + 2 * n_k * dk + h * dv..][..dv];
+                let rq = 1.0 / (dot(q, q) + s.eps as f64).sqrt() / (dk as f64).sqrt();
+                let rk = 1.0 / (dot(k, k) + s.eps as f64).sqrt();
+                let x = alpha[t * n_v + h] + self.dt_bias[h];
+                let softplus = if x > 20.0 { x } else { (1.0 + x.exp()).ln() };
+                let g = (softplus * self.a[h]).exp();
+                let b = 1.0 / (1.0 + (-beta[t * n_v + h]).exp());
+                let sh = &mut st[h * dk * dv..][..dk * dv];
+                for c in 0..dv {
+                    let u: f64 = (0..dk).map(|r| g * sh[r * dv + c] * k[r] * rk).sum();
+                    let delta = b * (v[c] - u);
+                    for r in 0..dk {
+                        sh[r * dv + c] = g * sh[r * dv + c] + k[r] * rk * delta;
+                    }
+                    out[(t * n_v + h) * dv + c] = (0..dk).map(|r| sh[r * dv + c] * q[r] * rq).sum();
+                }
+            }
+        }
+        (out, st)
+    }
+
+    fn loss(&self, qkv: &[f64], alpha: &[f64], beta: &[f64], state: &[f64]) -> f64 {
+        let (out, end) = self.forward(qkv, alpha, beta, state);
+        dot(&out, &self.d_out) + dot(&end, &self.d_state_out)
+    }
+}
+
+/// A 37-token step (a whole chunk of 32 and part of another) from a nonzero state, two value
+/// heads per key head, and a gradient on the final state as well: every input's gradient
+/// against finite differences of the f64 recurrence.
+#[test]
+fn delta_net_backward_matches_finite_differences() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let shape = |n_k, n_v, d_k, d_v| ops::delta_net::DeltaNetShape {
+        n_k,
+        n_v,
+        d_k,
+        d_v,
+        eps: 1e-6,
+    };
+    check_delta_net_backward(&gpu, &mut r, shape(2, 4, 12, 10), 37, None);
+    // FrogNano's head sizes (128 × 128: a thread's whole column in registers), sampled.
+    check_delta_net_backward(&gpu, &mut r, shape(1, 2, 128, 128), 5, Some(150));
+}
+
+/// `sampled`: difference that many inputs of each kind instead of all of them.
+fn check_delta_net_backward(
+    gpu: &common::Gpu,
+    r: &mut StdRng,
+    shape: ops::delta_net::DeltaNetShape,
+    t: usize,
+    sampled: Option<usize>,
+) {
+    let (n_v, row) = (shape.n_v as usize, shape.qkv_len() as usize);
+    let sl = shape.state_len() as usize;
+    let qkv = randn(r, t * row, 1.0);
+    let alpha = randn(r, t * n_v, 2.0);
+    let beta = randn(r, t * n_v, 3.0);
+    let a: Vec<f32> = (0..n_v)
+        .map(|_| -(r.random_range(-1.0f32..1.0)).exp())
+        .collect();
+    let dt_bias = randn(r, n_v, 1.0);
+    let state = randn(r, sl, 1.0);
+    let d_out = randn(r, t * n_v * shape.d_v as usize, 1.0);
+    let d_state_out = randn(r, sl, 1.0);
+    let pb = DeltaProblem {
+        shape,
+        t,
+        a: f64s(&a),
+        dt_bias: f64s(&dt_bias),
+        d_out: f64s(&d_out),
+        d_state_out: f64s(&d_state_out),
+    };
+    let (q64, al64, be64, st64) = (f64s(&qkv), f64s(&alpha), f64s(&beta), f64s(&state));
+    let mut pick = |n: usize| sample(r, n, sampled.unwrap_or(n));
+    let (at_qkv, at_alpha, at_beta, at_state) = (
+        pick(qkv.len()),
+        pick(alpha.len()),
+        pick(beta.len()),
+        pick(sl),
+    );
+    let fd_qkv = finite_differences(|x| pb.loss(x, &al64, &be64, &st64), &q64, &at_qkv);
+    let fd_alpha = finite_differences(|x| pb.loss(&q64, x, &be64, &st64), &al64, &at_alpha);
+    let fd_beta = finite_differences(|x| pb.loss(&q64, &al64, x, &st64), &be64, &at_beta);
+    let fd_state = finite_differences(|x| pb.loss(&q64, &al64, &be64, x), &st64, &at_state);
+
+    let (bqkv, balpha, bbeta, ba, bdt) = (
+        gpu.upload(&qkv),
+        gpu.upload(&alpha),
+        gpu.upload(&beta),
+        gpu.upload(&a),
+        gpu.upload(&dt_bias),
+    );
+    let inputs = ops::delta_net::DeltaNetInputs {
+        qkv: &bqkv,
+        alpha: &balpha,
+        beta: &bbeta,
+        a: &ba,
+        dt_bias: &bdt,
+    };
+    // d_state: the final state's gradient going in, the start state's coming out.
+    let (bstate, bdo, dst) = (
+        gpu.upload(&state),
+        gpu.upload(&d_out),
+        gpu.upload(&d_state_out),
+    );
+    let (dqkv, dal, dbe) = (gpu.zeros(qkv.len()), gpu.zeros(t * n_v), gpu.zeros(t * n_v));
+    let scratch = gpu.zeros(shape.backward_scratch_len(t as u32) as usize);
+    let grads = ops::delta_net::DeltaNetGrads {
+        state_in: &bstate,
+        d_out: &bdo,
+        d_state: &dst,
+        dqkv: &dqkv,
+        d_alpha: &dal,
+        d_beta: &dbe,
+        scratch: &scratch,
+    };
+    let step = gpu.step_of(Step::new(t as u32, 0));
+    let ds = ops::delta_net::delta_net_backward(&gpu.0, &inputs, &grads, shape, t as u32, &step)
+        .unwrap();
+    gpu.run(&ds, t);
+    // Every differenced input, none skipped.
+    let tol = 1e-4;
+    for (what, buf, fd, at) in [
+        ("dqkv", &dqkv, &fd_qkv, &at_qkv),
+        ("dalpha", &dal, &fd_alpha, &at_alpha),
+        ("dbeta", &dbe, &fd_beta, &at_beta),
+        ("dstate", &dst, &fd_state, &at_state),
+    ] {
+        let got = gpu.read(buf, (buf.size() / 4) as usize);
+        let picked: Vec<f64> = at.iter().map(|&i| got[i] as f64).collect();
+        let worst = assert_close(
+            &picked,
+            fd,
+            tol,
+            0.05,
+            &format!("delta rule {what} ({shape:?})"),
+        );
+        eprintln!(
+            "delta rule {what} ({} of {}): worst relative error {worst:.1e}",
+            at.len(),
+            got.len()
+        );
+    }
+}

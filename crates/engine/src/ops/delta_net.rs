@@ -256,3 +256,146 @@ pub fn delta_net_chunked_saving(
         ),
     ])
 }
+
+/// Threads of [`delta_net_backward`]'s workgroup: one per state column, so d_v ≤ this.
+const BACKWARD_WG: u32 = 128;
+/// Widest key head [`delta_net_backward`] takes (a thread keeps a column of S and of dS).
+pub const BACKWARD_MAX_DK: u32 = 256;
+
+/// What [`delta_net_backward`] reads besides the forward's inputs, and what it writes.
+pub struct DeltaNetGrads<'a> {
+    /// The state the step started from [n_v, d_k, d_v].
+    pub state_in: &'a wgpu::Buffer,
+    /// ∂L/∂out [T, n_v, d_v].
+    pub d_out: &'a wgpu::Buffer,
+    /// [n_v, d_k, d_v]: on entry ∂L/∂(the state the step left), zeros after a sequence's last
+    /// step; on exit ∂L/∂state_in, what the step before takes as its own.
+    pub d_state: &'a wgpu::Buffer,
+    /// Written: ∂L/∂qkv [T, qkv_len], ∂L/∂alpha and ∂L/∂beta [T, n_v] (beta before its
+    /// sigmoid).
+    pub dqkv: &'a wgpu::Buffer,
+    pub d_alpha: &'a wgpu::Buffer,
+    pub d_beta: &'a wgpu::Buffer,
+    /// Scratch of [`DeltaNetShape::backward_scratch_len`] floats.
+    pub scratch: &'a wgpu::Buffer,
+}
+
+impl DeltaNetShape {
+    /// f32 values of [`delta_net_backward`]'s scratch for steps of up to `max_tokens`: the
+    /// state at each chunk's start, the states before each token of one chunk, the
+    /// per-value-head gradients of q̂ and k̂, and of β and γ.
+    pub fn backward_scratch_len(&self, max_tokens: u32) -> u64 {
+        self.backward_scratch_offsets(max_tokens)[3]
+    }
+
+    /// Offsets in floats of the scratch's parts (chunk states at 0, token states, dqk,
+    /// dgate) and its end.
+    fn backward_scratch_offsets(&self, max_tokens: u32) -> [u64; 4] {
+        let tokens = max_tokens.div_ceil(CHUNK) as u64 * self.state_len();
+        let dqk = tokens + CHUNK as u64 * self.state_len();
+        let gates = dqk + max_tokens as u64 * self.n_v as u64 * 2 * self.d_k as u64;
+        [
+            tokens,
+            dqk,
+            gates,
+            gates + max_tokens as u64 * self.n_v as u64 * 2,
+        ]
+    }
+}
+
+/// The gradients of the gated delta rule ([`delta_net`]) for a step of one sequence of at
+/// most `max_tokens` tokens, from the forward's inputs and the state it started from; the
+/// states between tokens are recomputed (see `shaders/delta_net_backward.wgsl`). Three
+/// dispatches, in order.
+pub fn delta_net_backward(
+    ctx: &GpuContext,
+    inputs: &DeltaNetInputs,
+    grads: &DeltaNetGrads,
+    shape: DeltaNetShape,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<Vec<Dispatch>> {
+    let s = shape;
+    if s.n_k == 0
+        || s.n_v == 0
+        || !s.n_v.is_multiple_of(s.n_k)
+        || s.d_k == 0
+        || s.d_k > BACKWARD_MAX_DK
+        || s.d_v == 0
+        || s.d_v > BACKWARD_WG
+    {
+        return Err(EngineError::Shape {
+            op: "delta_net_backward",
+            detail: format!(
+                "{s:?}: value heads a multiple of key heads, d_k ≤ {BACKWARD_MAX_DK}, d_v ≤ {BACKWARD_WG}"
+            ),
+        });
+    }
+    let [tokens, dqk, gates, end] = s.backward_scratch_offsets(max_tokens);
+    if grads.scratch.size() < end * 4 || end > u32::MAX as u64 {
+        return Err(EngineError::Shape {
+            op: "delta_net_backward",
+            detail: format!(
+                "scratch of {} bytes, {} needed (at most 2³² floats)",
+                grads.scratch.size(),
+                end * 4
+            ),
+        });
+    }
+    let macros = Macros::new()
+        .u32("WG", BACKWARD_WG)
+        .u32("MAX_DK", s.d_k.next_multiple_of(4))
+        .u32("CHUNK", CHUNK);
+    let p = params(
+        ctx,
+        "delta_net_backward",
+        &[
+            s.n_k,
+            s.n_v,
+            s.d_k,
+            s.d_v,
+            s.eps.to_bits(),
+            (1.0 / (s.d_k as f32).sqrt()).to_bits(),
+            tokens as u32,
+            dqk as u32,
+            gates as u32,
+        ],
+    );
+    let entry = |name: &'static str,
+                 extra: Vec<(u32, wgpu::BindingResource)>,
+                 grid: Grid|
+     -> Result<Dispatch> {
+        let mut bindings = inputs.bindings();
+        bindings.extend(extra);
+        bindings.extend([(11, bind(grads.scratch)), (12, bind(&p)), (13, bind(step))]);
+        let pipeline = ctx.pipeline("delta_net_backward.wgsl", name, &macros)?;
+        Ok(Dispatch::with_bindings(
+            ctx, name, pipeline, &bindings, grid,
+        ))
+    };
+    Ok(vec![
+        entry(
+            "delta_net_backward_replay",
+            vec![(5, bind(grads.state_in))],
+            Grid::Fixed([s.n_v, 1, 1]),
+        )?,
+        entry(
+            "delta_net_backward",
+            vec![
+                (6, bind(grads.d_out)),
+                (7, bind(grads.d_state)),
+                (8, bind(grads.dqkv)),
+            ],
+            Grid::Fixed([s.n_v, 1, 1]),
+        )?,
+        entry(
+            "delta_net_backward_qk",
+            vec![
+                (8, bind(grads.dqkv)),
+                (9, bind(grads.d_alpha)),
+                (10, bind(grads.d_beta)),
+            ],
+            Grid::PerTokens { x: s.n_k, per_y: 1 },
+        )?,
+    ])
+}
