@@ -1,4 +1,9 @@
-// dst = src, vec4 at a time: the bandwidth yardstick every kernel is measured against.
+// copy: dst = src, vec4 at a time: the bandwidth yardstick every kernel is measured against.
+// step_rows: dst[t] = src[Step.tok[t].y] for the step's tokens, rows of `n_vec4` vec4s: the
+//   step's own rows of a cache, made contiguous (a backward pass reads the gradient of the keys
+//   and values that its step wrote into the cache).
+
+#include "common/step.wgsl"
 
 struct Params {
     n_vec4: u32,
@@ -7,6 +12,7 @@ struct Params {
 @group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
 @group(0) @binding(2) var<uniform> p: Params;
+@group(0) @binding(3) var<uniform> step: Step;
 
 @compute @workgroup_size(WG)
 fn copy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -14,5 +20,14 @@ fn copy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let i = (wid.x + wid.z * nwg.x) * WG + tid;
     if i < p.n_vec4 {
         dst[i] = src[i];
+    }
+}
+
+@compute @workgroup_size(WG)
+fn step_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let j = wid.x * WG + tid;
+    let t = wid.y;
+    if j < p.n_vec4 && t < step.n_tokens {
+        dst[t * p.n_vec4 + j] = src[step.tok[t].y * p.n_vec4 + j];
     }
 }

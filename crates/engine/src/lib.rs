@@ -3,6 +3,7 @@
 //! (Vulkan, Metal, DX12) and for wasm32 (browser WebGPU): all GPU waits are async.
 
 pub mod activations;
+pub mod backward;
 pub mod batch;
 pub mod error;
 pub mod gpu;

@@ -20,8 +20,11 @@ pub(crate) struct GpuLora {
     pub a: GpuWeight,
     /// [n_out, rank], scaled.
     pub b: GpuWeight,
-    /// The padded rank.
+    /// The padded rank, and the adapter's own.
     pub rank: u32,
+    pub adapter_rank: u32,
+    /// What B was scaled by (a gradient of the unscaled B is this times that of the stored one).
+    pub scale: f32,
 }
 
 /// A linear projection of the forward pass.
@@ -78,7 +81,7 @@ impl Linear {
                 *d = s * scale;
             }
         }
-        if let Some(l) = &self.lora
+        if let Some(l) = &mut self.lora
             && l.rank as usize == rank
             && l.a.chunks.len() == 1
             && l.b.chunks.len() == 1
@@ -87,6 +90,8 @@ impl Linear {
                 .write_buffer(&l.a.chunks[0].q, 0, bytemuck::cast_slice(&a));
             ctx.queue
                 .write_buffer(&l.b.chunks[0].q, 0, bytemuck::cast_slice(&b));
+            l.scale = scale;
+            l.adapter_rank = t.rank as u32;
             return Ok(false);
         }
         let upload = |what: &str, r: usize, c: usize, v: &[f32]| {
@@ -104,6 +109,8 @@ impl Linear {
             a: upload("a", rank, cols, &a)?,
             b: upload("b", rows, rank, &b)?,
             rank: rank as u32,
+            adapter_rank: t.rank as u32,
+            scale,
         });
         Ok(true)
     }

@@ -121,7 +121,7 @@ impl Model {
         })
     }
 
-    fn graph_io(&self) -> GraphIo<'_> {
+    pub(crate) fn graph_io(&self) -> GraphIo<'_> {
         GraphIo {
             ctx: self.gpu(),
             ids: &self.io.ids,
@@ -133,7 +133,7 @@ impl Model {
     }
 
     /// The step uniform and token ids of `chunk`, at `pos0` in slot 0.
-    fn write_step_input(&self, chunk: &[u32], pos0: u32) {
+    pub(crate) fn write_step_input(&self, chunk: &[u32], pos0: u32) {
         let step = Step::for_sequence(chunk.len() as u32, pos0, 0, self.context);
         ops::write_step(self.gpu(), &self.io.step, step);
         self.gpu()

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use lilypad_gguf::{ByteSource, GgmlType, GgufFile};
 
 use crate::activations::LayerActivations;
+use crate::backward::{BackwardBuffers, linear_backward, rms_norm_backward};
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::graph::{Graph, Write};
 use crate::linear::Linear;
 use crate::model::LoadProgress;
-use crate::ops::rope::RopeMode;
+use crate::ops::{self, rope::RopeMode};
 use crate::state::StateBuffer;
 use crate::tensor::{DType, Tensor};
 use crate::weights::{self, GpuWeight};
@@ -265,6 +266,133 @@ impl Attention {
             .to_vec()
     }
 
+    /// The backward of the attention block and its norm (Llama and Qwen3: no output gate):
+    /// `b.g` holds ∂L/∂x after the block and is left holding ∂L/∂x before it. The step's
+    /// queries add their share to `kv` (∂L/∂K, ∂L/∂V of every position they saw), and the
+    /// step's own rows of it, complete once later steps have run, go back through RoPE,
+    /// QK-norm and the projections.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_backward(
+        &self,
+        g: &mut Graph,
+        s: &AttentionShape,
+        l: &LayerActivations,
+        freqs: &Tensor,
+        b: &BackwardBuffers,
+        (dk_cache, dv_cache): &(Tensor, Tensor),
+        context: u32,
+    ) -> Result<()> {
+        let a = l.attention().ok_or_else(|| {
+            EngineError::Config("an attention layer needs attention activations".into())
+        })?;
+        let (Some(x_in), Some(lse)) = (&l.x_in, &a.lse) else {
+            return Err(EngineError::Config(
+                "attention's backward needs its kept input and softmax statistics".into(),
+            ));
+        };
+        if s.gated {
+            return Err(EngineError::Config(
+                "gated attention (Qwen3.5) has no backward pass yet".into(),
+            ));
+        }
+        let (n_head, n_kv, hd) = (s.n_head, s.n_kv, s.head_dim);
+        linear_backward(g, &self.wo, &a.att, &b.g, &b.d_att, false, b)?;
+        let grads = ops::attention::AttentionGrads {
+            q: &a.q.buffer,
+            k: &self.k_cache.buffer,
+            v: &self.v_cache.buffer,
+            o: Some(&a.att.buffer),
+            lse: &lse.buffer,
+            d_o: &b.d_att.buffer,
+            delta: &b.delta.buffer,
+            dq: &b.dq.buffer,
+            dk: &dk_cache.buffer,
+            dv: &dv_cache.buffer,
+        };
+        let scale = 1.0 / (hd as f32).sqrt();
+        for d in ops::attention::attention_backward(
+            g.ctx, &grads, n_head, n_kv, hd, scale, context, g.step,
+        )? {
+            g.push(d);
+        }
+        let kv_dim = s.kv_dim();
+        g.push(ops::copy::step_rows(
+            g.ctx,
+            &dk_cache.buffer,
+            &b.dk.buffer,
+            kv_dim,
+            g.step,
+        )?);
+        g.push(ops::copy::step_rows(
+            g.ctx,
+            &dv_cache.buffer,
+            &b.dv.buffer,
+            kv_dim,
+            g.step,
+        )?);
+        let rope = |g: &mut Graph, t: &Tensor, heads| -> Result<()> {
+            let d = ops::rope::rope_backward(
+                g.ctx,
+                &t.buffer,
+                &freqs.buffer,
+                heads,
+                hd,
+                s.n_rot,
+                s.rope,
+                g.step,
+            )?;
+            g.push(d);
+            Ok(())
+        };
+        rope(g, &b.dq, n_head)?;
+        rope(g, &b.dk, n_kv)?;
+        let (dq, dk) = match (&self.qk_norm, &a.qk_raw, &a.qk_rstd) {
+            (None, _, _) => (&b.dq, &b.dk),
+            (Some((q_norm, k_norm)), Some((q_raw, k_raw)), Some((q_rstd, k_rstd))) => {
+                rms_norm_backward(
+                    g,
+                    q_raw,
+                    q_norm,
+                    Some(q_rstd),
+                    &b.dq,
+                    &b.dq_raw,
+                    n_head,
+                    false,
+                )?;
+                rms_norm_backward(
+                    g,
+                    k_raw,
+                    k_norm,
+                    Some(k_rstd),
+                    &b.dk,
+                    &b.dk_raw,
+                    n_kv,
+                    false,
+                )?;
+                (&b.dq_raw, &b.dk_raw)
+            }
+            _ => {
+                return Err(EngineError::Config(
+                    "QK-norm's backward needs the raw q/k and their rstd".into(),
+                ));
+            }
+        };
+        let xn = &l.mixer_in;
+        linear_backward(g, &self.wq, xn, dq, &b.d_norm, false, b)?;
+        linear_backward(g, &self.wk, xn, dk, &b.d_norm, true, b)?;
+        linear_backward(g, &self.wv, xn, &b.dv, &b.d_norm, true, b)?;
+        rms_norm_backward(
+            g,
+            x_in,
+            &self.norm,
+            l.mixer_rstd.as_ref(),
+            &b.d_norm,
+            &b.g,
+            1,
+            true,
+        )
+    }
+
     /// x += wo · attention(xn), xn the normed input `record_layer` left in `l.mixer_in`.
     pub fn record(
         &self,
@@ -373,6 +501,42 @@ impl Mlp {
 
     pub fn linears_mut(&mut self) -> [&mut Linear; 3] {
         [&mut self.gate, &mut self.up, &mut self.down]
+    }
+
+    /// The backward of the MLP and its norm: `b.g` holds ∂L/∂x after the block and is left
+    /// holding ∂L/∂x before it (the skip path plus the norm's input gradient).
+    pub fn record_backward(
+        &self,
+        g: &mut Graph,
+        l: &LayerActivations,
+        b: &BackwardBuffers,
+    ) -> Result<()> {
+        let x_mid = l.x_mid.as_ref().ok_or_else(|| {
+            EngineError::Config("the MLP's backward needs its input (kept activations)".into())
+        })?;
+        linear_backward(g, &self.down, &l.act, &b.g, &b.d_act, false, b)?;
+        g.push(ops::elementwise::silu_mul_backward(
+            g.ctx,
+            &l.gate.buffer,
+            &l.up.buffer,
+            &b.d_act.buffer,
+            &b.d_gate.buffer,
+            &b.d_up.buffer,
+            l.gate.cols(),
+            g.step,
+        )?);
+        linear_backward(g, &self.gate, &l.mlp_in, &b.d_gate, &b.d_norm, false, b)?;
+        linear_backward(g, &self.up, &l.mlp_in, &b.d_up, &b.d_norm, true, b)?;
+        rms_norm_backward(
+            g,
+            x_mid,
+            &self.norm,
+            l.mlp_rstd.as_ref(),
+            &b.d_norm,
+            &b.g,
+            1,
+            true,
+        )
     }
 
     /// x += down · (silu(gate · xn) ⊙ (up · xn)), xn the normed input in `l.mlp_in`.

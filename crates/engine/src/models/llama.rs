@@ -16,6 +16,7 @@ use lilypad_gguf::GgufFile;
 use super::Forward;
 use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
 use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
+use crate::backward::BackwardBuffers;
 use crate::error::{EngineError, Result};
 use crate::graph::Graph;
 use crate::linear::Linear;
@@ -256,6 +257,19 @@ impl Forward for Llama {
         let (attention, mlp) = &self.layers[i];
         let mixer = |g: &mut Graph| attention.record(g, &self.attention, l, &self.freqs);
         record_layer(g, l, &attention.norm, mixer, mlp, self.eps)
+    }
+
+    fn record_layer_backward(
+        &self,
+        g: &mut Graph,
+        i: usize,
+        l: &LayerActivations,
+        b: &BackwardBuffers,
+    ) -> Result<()> {
+        let (attention, mlp) = &self.layers[i];
+        mlp.record_backward(g, l, b)?;
+        let kv = &b.kv[i];
+        attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
     }
 
     fn output_norm(&self) -> &Tensor {

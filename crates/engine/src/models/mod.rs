@@ -14,6 +14,7 @@ pub use qwen35::Qwen35Config;
 use lilypad_gguf::GgufFile;
 
 use crate::activations::{ActivationShape, ActivationStore, LayerActivations};
+use crate::backward::BackwardBuffers;
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, GraphIo, Write};
 use crate::kernels::Dispatch;
@@ -36,6 +37,20 @@ pub(crate) trait Forward: wgpu::WasmNotSendSync {
 
     /// Records layer `i` over its activations `l` (the residual stream in `l.x`).
     fn record_layer(&self, g: &mut Graph, i: usize, l: &LayerActivations) -> Result<()>;
+
+    /// Records the backward pass of layer `i` over the activations its forward kept: `b.g`
+    /// holds ∂L/∂(its output) and is left holding ∂L/∂(its input) (see `crate::backward`).
+    fn record_layer_backward(
+        &self,
+        _g: &mut Graph,
+        _i: usize,
+        _l: &LayerActivations,
+        _b: &BackwardBuffers,
+    ) -> Result<()> {
+        Err(EngineError::Config(
+            "this architecture has no backward pass yet".into(),
+        ))
+    }
 
     fn output_norm(&self) -> &Tensor;
 

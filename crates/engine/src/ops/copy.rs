@@ -23,3 +23,32 @@ pub fn copy(
         Grid::Fixed([x, 1, z]),
     ))
 }
+
+/// dst[t, ..row] = src[cache row of token t, ..row] for the step's tokens (`row` f32s, a
+/// multiple of 4): the rows a step wrote into a cache, gathered into a [T, row] tensor.
+pub fn step_rows(
+    ctx: &GpuContext,
+    src: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    row: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    if row == 0 || !row.is_multiple_of(4) {
+        return Err(crate::error::EngineError::Shape {
+            op: "step_rows",
+            detail: format!("rows of {row} values (a multiple of 4 needed)"),
+        });
+    }
+    let pipeline = ctx.pipeline("copy.wgsl", "step_rows", &Macros::new().u32("WG", WG))?;
+    let p = params(ctx, "step_rows", &[row / 4]);
+    Ok(Dispatch::new(
+        ctx,
+        "step_rows",
+        pipeline,
+        &[bind(src), bind(dst), bind(&p), bind(step)],
+        Grid::PerTokens {
+            x: (row / 4).div_ceil(WG),
+            per_y: 1,
+        },
+    ))
+}

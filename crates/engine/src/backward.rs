@@ -1,0 +1,451 @@
+//! The backward pass of training: the gradients of a per-token log-probability loss
+//!
+//!     L = Σ_t coef[t] · log p(targets[t] | tokens[..=t])
+//!
+//! with respect to every LoRA adapter's A and B (the model's own weights stay frozen), through
+//! the backward kernels of `shaders/*_backward.wgsl`, over a [`TrainingForward`]. `coef` carries
+//! the policy-gradient weights (advantage, clipping, normalisation); zero leaves a position out.
+//!
+//! Steps run last to first and, inside a step, layers last to first. The residual stream's
+//! gradient restarts at each step's LM head; what crosses steps is the gradient of the keys and
+//! values, kept per layer in cache-shaped buffers: a step's queries add to the rows of every
+//! earlier position they saw, and those rows' own step, which runs later, reads the total.
+//! Each architecture records its layers' backward from the shared blocks
+//! (`models/blocks.rs`), as it records their forward.
+
+// An op names each tensor it reads and writes, as the graph's forward ops do.
+#![allow(clippy::too_many_arguments)]
+
+use std::collections::HashMap;
+
+use lilypad_gguf::peft::LoraTensor;
+
+use crate::activations::{ActivationMode, ActivationStore};
+use crate::error::{EngineError, Result};
+use crate::graph::Graph;
+use crate::kernels::Dispatch;
+use crate::linear::Linear;
+use crate::model::Model;
+use crate::ops::{
+    self,
+    matmul::{Operand, TokenDim},
+};
+use crate::tensor::Tensor;
+use crate::training::TrainingForward;
+
+/// What a layer's backward reads and writes besides its kept activations; every [T, ·]
+/// tensor has rows for the longest step.
+pub struct BackwardBuffers {
+    /// The residual stream's gradient [T, n_embd]: ∂L/∂(the layer's output) coming in,
+    /// ∂L/∂(its input) going out.
+    pub g: Tensor,
+    /// A norm's output gradient, the sum over the linears that read it [T, n_embd].
+    pub d_norm: Tensor,
+    /// Attention: ∂L/∂(its output) [T, q_dim], ∂L/∂q after RoPE and before it (and before
+    /// QK-norm), Σ dO·O per (token, head), and this step's rows of ∂L/∂K and ∂L/∂V.
+    pub d_att: Tensor,
+    pub dq: Tensor,
+    pub dq_raw: Tensor,
+    pub delta: Tensor,
+    pub dk: Tensor,
+    pub dk_raw: Tensor,
+    pub dv: Tensor,
+    /// Per layer, ∂L/∂K and ∂L/∂V in the caches' layout (one sequence's rows).
+    pub kv: Vec<(Tensor, Tensor)>,
+    /// The MLP: ∂L/∂(down's input), ∂L/∂gate, ∂L/∂up [T, n_ff].
+    pub d_act: Tensor,
+    pub d_gate: Tensor,
+    pub d_up: Tensor,
+    /// LoRA: A·x and its gradient [T, largest padded rank].
+    pub lora_x: Option<(Tensor, Tensor)>,
+    /// Per adapted linear (by weight name), ∂L/∂A [padded rank, n_in] and ∂L/∂B [n_out,
+    /// padded rank], summed over the steps.
+    pub lora: HashMap<String, (Tensor, Tensor)>,
+}
+
+/// dx (+)= ∂L/∂x of y = W·x (+ scale · B·(A·x)) given dy, for a frozen W; an adapter's
+/// gradients are added to its entry of `b.lora` (A·x is recomputed from x).
+pub fn linear_backward(
+    g: &mut Graph,
+    linear: &Linear,
+    x: &Tensor,
+    dy: &Tensor,
+    dx: &Tensor,
+    accumulate: bool,
+    b: &BackwardBuffers,
+) -> Result<()> {
+    let w = &linear.weight;
+    let (n_out, n_in) = (w.rows as u32, w.cols as u32);
+    x.expect("linear_backward", g.max_tokens, n_in)?;
+    dx.expect("linear_backward", g.max_tokens, n_in)?;
+    dy.expect("linear_backward", g.max_tokens, n_out)?;
+    for d in
+        ops::matvec::matvec_backward(g.ctx, w, &dy.buffer, &dx.buffer, n_out, g.step, accumulate)?
+    {
+        g.push(d);
+    }
+    let Some(lora) = &linear.lora else {
+        return Ok(());
+    };
+    let missing = || EngineError::Config(format!("no gradient buffers for {}", linear.name()));
+    let (da, db) = b.lora.get(linear.name()).ok_or_else(missing)?;
+    let (u, du) = b.lora_x.as_ref().ok_or_else(missing)?;
+    let (t, r) = (g.max_tokens, lora.rank);
+    let (a_w, b_w) = (&lora.a.chunks[0].q, &lora.b.chunks[0].q);
+    let (ur, dyr) = (u.cols(), dy.cols());
+    let mm = |g: &mut Graph, a, b, c: &Tensor, mnk, alpha, acc, tokens| -> Result<()> {
+        let d = ops::matmul::matmul(
+            g.ctx,
+            a,
+            b,
+            &c.buffer,
+            mnk,
+            c.cols(),
+            alpha,
+            acc,
+            tokens,
+            g.step,
+        )?;
+        g.push(d);
+        Ok(())
+    };
+    // u = x·Aᵀ; ∂B = scale · dyᵀ·u; du = dy·(scale · B); ∂A = duᵀ·x; dx += du·A.
+    let (xo, uo, duo) = (
+        Operand::new(&x.buffer, n_in),
+        Operand::new(&u.buffer, ur),
+        Operand::new(&du.buffer, ur),
+    );
+    mm(
+        g,
+        xo,
+        Operand::t(a_w, n_in),
+        u,
+        [t, r, n_in],
+        1.0,
+        false,
+        TokenDim::Rows,
+    )?;
+    mm(
+        g,
+        Operand::t(&dy.buffer, dyr),
+        uo,
+        db,
+        [n_out, r, t],
+        lora.scale,
+        true,
+        TokenDim::Inner,
+    )?;
+    mm(
+        g,
+        Operand::new(&dy.buffer, dyr),
+        Operand::new(b_w, r),
+        du,
+        [t, r, n_out],
+        1.0,
+        false,
+        TokenDim::Rows,
+    )?;
+    mm(
+        g,
+        Operand::t(&du.buffer, ur),
+        xo,
+        da,
+        [r, n_in, t],
+        1.0,
+        true,
+        TokenDim::Inner,
+    )?;
+    mm(
+        g,
+        duo,
+        Operand::new(a_w, n_in),
+        dx,
+        [t, n_in, r],
+        1.0,
+        true,
+        TokenDim::Rows,
+    )
+}
+
+/// dx (+)= ∂L/∂x of a plain RMSNorm y = x · rstd · w, from the forward's saved rstd.
+pub fn rms_norm_backward(
+    g: &mut Graph,
+    x: &Tensor,
+    w: &Tensor,
+    rstd: Option<&Tensor>,
+    dy: &Tensor,
+    dx: &Tensor,
+    groups: u32,
+    accumulate: bool,
+) -> Result<()> {
+    let rstd = rstd.ok_or_else(|| {
+        EngineError::Config("a norm's backward needs the rstd its forward kept".into())
+    })?;
+    let n = w.cols();
+    x.expect("rms_norm_backward", g.max_tokens, n * groups)?;
+    dy.expect("rms_norm_backward", g.max_tokens, n * groups)?;
+    dx.expect("rms_norm_backward", g.max_tokens, n * groups)?;
+    rstd.expect("rms_norm_backward", g.max_tokens, groups)?;
+    let d = ops::rms_norm::rms_norm_backward(
+        g.ctx,
+        &x.buffer,
+        &w.buffer,
+        &rstd.buffer,
+        &dy.buffer,
+        &dx.buffer,
+        None,
+        n,
+        groups,
+        accumulate,
+        g.step,
+    )?;
+    g.push(d);
+    Ok(())
+}
+
+impl Model {
+    /// The LoRA gradients of L = Σ_t coef[t] · log p(targets[t] | tokens[..=t]) over the
+    /// sequence of `fwd` (which this model must still hold in slot 0), one per adapted
+    /// linear, each in its adapter tensor's layout (∂L/∂A, and ∂L/∂B of B before its scale).
+    /// `targets` and `coef` have a value per token of the sequence.
+    pub async fn lora_gradients(
+        &mut self,
+        fwd: &TrainingForward,
+        targets: &[u32],
+        coef: &[f32],
+    ) -> Result<Vec<LoraTensor>> {
+        let n = fwd.tokens.len();
+        if targets.len() != n || coef.len() != n {
+            return Err(EngineError::Sequence(format!(
+                "{} targets and {} weights for {n} tokens",
+                targets.len(),
+                coef.len()
+            )));
+        }
+        let vocab = self.config.vocab();
+        if let Some(&id) = targets.iter().find(|&&t| t >= vocab) {
+            return Err(EngineError::BadToken {
+                id,
+                vocab: vocab as usize,
+            });
+        }
+        if self.sequence_tokens(0) != fwd.tokens.as_slice() {
+            return Err(EngineError::Sequence(
+                "the model no longer holds the forward pass's sequence".into(),
+            ));
+        }
+        let ctx = self.gpu().clone();
+        let t_max = fwd.step_tokens;
+        let shape = self.config.activation_shape();
+        let a = &shape.attention;
+        let z = |label, cols| Tensor::zeros(&ctx, label, [t_max, cols]);
+        let mut lora = HashMap::new();
+        let mut max_rank = 0;
+        for l in self.arch.linears_mut() {
+            if let Some(ad) = &l.lora {
+                let (rows, cols) = (l.weight.rows as u32, l.weight.cols as u32);
+                max_rank = max_rank.max(ad.rank);
+                lora.insert(
+                    l.name().to_string(),
+                    (
+                        Tensor::zeros(&ctx, "lora dA", [ad.rank, cols])?,
+                        Tensor::zeros(&ctx, "lora dB", [rows, ad.rank])?,
+                    ),
+                );
+            }
+        }
+        if lora.is_empty() {
+            return Err(EngineError::Config(
+                "the model has no LoRA adapter to take gradients of".into(),
+            ));
+        }
+        let b = BackwardBuffers {
+            g: z("d residual", shape.n_embd)?,
+            d_norm: z("d normed", shape.n_embd)?,
+            d_att: z("d attention out", a.q_dim())?,
+            dq: z("dq", a.q_dim())?,
+            dq_raw: z("dq raw", a.q_dim())?,
+            delta: z("attention delta", a.n_head)?,
+            dk: z("dk", a.kv_dim())?,
+            dk_raw: z("dk raw", a.kv_dim())?,
+            dv: z("dv", a.kv_dim())?,
+            kv: shape
+                .layers
+                .iter()
+                .map(|_| {
+                    Ok((
+                        Tensor::zeros(&ctx, "dK cache", [self.context, a.kv_dim()])?,
+                        Tensor::zeros(&ctx, "dV cache", [self.context, a.kv_dim()])?,
+                    ))
+                })
+                .collect::<Result<_>>()?,
+            d_act: z("d act", shape.n_ff)?,
+            d_gate: z("d gate", shape.n_ff)?,
+            d_up: z("d up", shape.n_ff)?,
+            lora_x: Some((z("lora u", max_rank)?, z("lora du", max_rank)?)),
+            lora,
+        };
+        let logits = z("logits", vocab)?;
+        let d_logits = z("d logits", vocab)?;
+        let step_targets =
+            ctx.storage_buffer("targets", t_max as u64 * 4, wgpu::BufferUsages::empty())?;
+        let step_coef = z("loss weights", 1)?;
+        let n_layers = shape.layers.len();
+        let checkpoint = fwd.mode == ActivationMode::Checkpoint;
+        for s in (0..fwd.steps.len()).rev() {
+            let start = s * t_max as usize;
+            let end = (start + t_max as usize).min(n);
+            let store = &fwd.steps[s];
+            if checkpoint {
+                // The last layer's output is the final norm's input.
+                fwd.recompute(self, s, n_layers - 1).await?;
+            }
+            self.write_step_input(&fwd.tokens[start..end], start as u32);
+            let mut tg = targets[start..end].to_vec();
+            let mut cf = coef[start..end].to_vec();
+            tg.resize(t_max as usize, 0);
+            cf.resize(t_max as usize, 0.0);
+            ctx.queue
+                .write_buffer(&step_targets, 0, bytemuck::cast_slice(&tg));
+            ctx.queue
+                .write_buffer(&step_coef.buffer, 0, bytemuck::cast_slice(&cf));
+            let head = {
+                let io = self.graph_io();
+                let mut g = Graph::new(&io, t_max);
+                self.record_head_backward(
+                    &mut g,
+                    store,
+                    &logits,
+                    &d_logits,
+                    &step_targets,
+                    &step_coef,
+                    &b,
+                )?;
+                g.dispatches
+            };
+            run(&ctx, &head, (end - start) as u32);
+            for i in (0..n_layers).rev() {
+                if checkpoint {
+                    fwd.recompute(self, s, i).await?;
+                    self.write_step_input(&fwd.tokens[start..end], start as u32);
+                }
+                let layer = {
+                    let io = self.graph_io();
+                    let mut g = Graph::new(&io, t_max);
+                    self.arch
+                        .record_layer_backward(&mut g, i, &store.layers[i], &b)?;
+                    g.dispatches
+                };
+                run(&ctx, &layer, (end - start) as u32);
+            }
+        }
+        ctx.check()?;
+        let mut out = Vec::new();
+        for l in self.arch.linears_mut() {
+            let (Some(ad), Some((da, db))) = (&l.lora, b.lora.get(l.name())) else {
+                continue;
+            };
+            let (rows, cols, r) = (
+                l.weight.rows as usize,
+                l.weight.cols as usize,
+                ad.rank as usize,
+            );
+            let a_pad = ctx.read_f32(&da.buffer, 0, (r * cols) as u64).await?;
+            let b_pad = ctx.read_f32(&db.buffer, 0, (rows * r) as u64).await?;
+            // The adapter's own rank: the padding rows of A and columns of B are not its.
+            let rank = ad.adapter_rank as usize;
+            out.push(LoraTensor {
+                target: l.name().to_string(),
+                rank,
+                n_in: cols,
+                n_out: rows,
+                a: a_pad[..rank * cols].to_vec(),
+                b: b_pad
+                    .chunks_exact(r)
+                    .flat_map(|row| row[..rank].to_vec())
+                    .collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The step's final norm again (into `store.hidden`), its logits, their gradient, and back
+    /// through the LM head and the final norm into `b.g`.
+    fn record_head_backward(
+        &self,
+        g: &mut Graph,
+        store: &ActivationStore,
+        logits: &Tensor,
+        d_logits: &Tensor,
+        targets: &wgpu::Buffer,
+        coef: &Tensor,
+        b: &BackwardBuffers,
+    ) -> Result<()> {
+        let x = &store
+            .layers
+            .last()
+            .ok_or_else(|| EngineError::Config("a model without layers".into()))?
+            .x;
+        let norm = self.arch.output_norm();
+        let rstd = store.hidden_rstd.as_ref();
+        g.rms_norm(
+            x,
+            norm,
+            None,
+            &store.hidden,
+            rstd,
+            self.arch.eps(),
+            crate::graph::Write::Set,
+        )?;
+        let head = self.arch.lm_head();
+        let vocab = head.rows as u32;
+        for d in ops::matvec::matvec(
+            g.ctx,
+            head,
+            &store.hidden.buffer,
+            &logits.buffer,
+            vocab,
+            g.step,
+            g.tile,
+            false,
+            false,
+        )? {
+            g.push(d);
+        }
+        g.push(ops::softmax::log_prob_backward(
+            g.ctx,
+            &logits.buffer,
+            targets,
+            &coef.buffer,
+            &d_logits.buffer,
+            vocab,
+            g.max_tokens,
+        )?);
+        for d in ops::matvec::matvec_backward(
+            g.ctx,
+            head,
+            &d_logits.buffer,
+            &b.d_norm.buffer,
+            vocab,
+            g.step,
+            false,
+        )? {
+            g.push(d);
+        }
+        rms_norm_backward(g, x, norm, rstd, &b.d_norm, &b.g, 1, false)
+    }
+}
+
+fn run(ctx: &crate::gpu::GpuContext, graph: &[Dispatch], n: u32) {
+    let mut encoder = ctx.device.create_command_encoder(&Default::default());
+    {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("training backward"),
+            ..Default::default()
+        });
+        for d in graph {
+            d.record(&mut pass, n);
+        }
+    }
+    ctx.queue.submit([encoder.finish()]);
+}
