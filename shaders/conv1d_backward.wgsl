@@ -6,12 +6,14 @@
 // and dx_t = de[K − 1 + t], d_state_in = de[.. K − 1]: the gradient that the step before
 // receives as its d_state_out (zero after a sequence's last step). The weights are frozen.
 // One thread per channel, as in the forward.
+// state_in may be the step before's own inputs: its rows state_row0 .. state_row0 + K − 1.
 // Macros: WG, N_TAPS (K).
 
 #include "common/step.wgsl"
 
 struct Params {
     channels: u32,
+    state_row0: u32,  // the first of state_in's rows to read (the step before's conv input)
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -29,7 +31,7 @@ var<private> c: u32;
 // e[i]: the state's rows, then the step's inputs.
 fn e(i: u32) -> f32 {
     if i + 1u < N_TAPS {
-        return state_in[i * p.channels + c];
+        return state_in[(p.state_row0 + i) * p.channels + c];
     }
     return x[(i + 1u - N_TAPS) * p.channels + c];
 }

@@ -36,7 +36,7 @@ sys.path.insert(0, str(HERE))
 import make_lora_fixtures as mlf  # noqa: E402
 
 SEED = 4242
-MODELS = ["llama-tiny", "qwen3-tiny"]
+MODELS = ["llama-tiny", "qwen3-tiny", "qwen35-tiny"]
 
 
 def base_dir(name: str, manifest: dict) -> pathlib.Path:
@@ -95,7 +95,7 @@ def build(name: str) -> dict:
         "versions": mlf.versions(),
     }
     (gdir / "grads.json").write_text(json.dumps(summary, indent=1) + "\n")
-    mlf.log(f"{name}: loss {float(loss):.6f}, {len(grads)} gradients -> {mlf.rel(gdir)}")
+    mlf.log(f"{name}: loss {float(loss.detach()):.6f}, {len(grads)} gradients -> {mlf.rel(gdir)}")
     return summary
 
 

@@ -1,5 +1,5 @@
 //! LoRA gradients against PyTorch autograd (tests/fixtures/lora/<name>/grads/, made by
-//! scripts/reference/make_lora_grad_fixtures.sh): for the tiny Llama and Qwen3 with their
+//! scripts/reference/make_lora_grad_fixtures.sh): for the tiny Llama, Qwen3 and Qwen3.5 with their
 //! random PEFT adapters on every linear, transformers + peft in float64 differentiate
 //! L = Σ_t coef[t] · log p(token[t + 1] | token[..=t]) over the fixture's 20 tokens with
 //! respect to every lora_A and lora_B. The engine runs its training forward pass (in steps of
@@ -108,4 +108,11 @@ fn llama_lora_gradients_match_pytorch() {
 #[test]
 fn qwen3_lora_gradients_match_pytorch() {
     check("qwen3-tiny");
+}
+
+/// Qwen3.5: DeltaNet layers (the conv and the delta rule carry state gradients from step to
+/// step) and gated full attention, with adapters on all of their linears.
+#[test]
+fn qwen35_lora_gradients_match_pytorch() {
+    check("qwen35-tiny");
 }

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use lilypad_gguf::peft::LoraTensor;
 
-use crate::activations::{ActivationMode, ActivationStore};
+use crate::activations::{ActivationMode, ActivationStore, LayerActivations, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::graph::Graph;
 use crate::kernels::Dispatch;
@@ -56,11 +56,44 @@ pub struct BackwardBuffers {
     pub d_act: Tensor,
     pub d_gate: Tensor,
     pub d_up: Tensor,
+    /// Gated attention (Qwen3.5): ∂L/∂(attn_q's output) [T, 2 · q_dim].
+    pub dqg: Option<Tensor>,
+    /// Qwen3.5's DeltaNet layers.
+    pub delta_net: Option<DeltaBuffers>,
     /// LoRA: A·x and its gradient [T, largest padded rank].
     pub lora_x: Option<(Tensor, Tensor)>,
     /// Per adapted linear (by weight name), ∂L/∂A [padded rank, n_in] and ∂L/∂B [n_out,
     /// padded rank], summed over the steps.
     pub lora: HashMap<String, (Tensor, Tensor)>,
+}
+
+/// What a DeltaNet layer's backward uses besides [`BackwardBuffers`]' shared tensors.
+pub struct DeltaBuffers {
+    /// ∂L/∂(ssm_out's input), ∂L/∂(the delta rule's output), ∂L/∂z [T, n_v · d_v].
+    pub d_normed: Tensor,
+    pub d_o: Tensor,
+    pub dz: Tensor,
+    /// ∂L/∂(the conv's output) and ∂L/∂(its input) [T, qkv channels].
+    pub dqkv: Tensor,
+    pub dqkv_raw: Tensor,
+    /// ∂L/∂alpha, ∂L/∂beta [T, n_v].
+    pub d_alpha: Tensor,
+    pub d_beta: Tensor,
+    /// The delta rule backward's scratch.
+    pub scratch: wgpu::Buffer,
+    /// The conv's state at a sequence's start: zeros [taps − 1, channels].
+    pub conv_zeros: Tensor,
+    /// Per layer (None for attention layers): the delta rule's state gradient, carried from
+    /// step to step in place, and the conv state's, in two buffers that steps use in turn
+    /// (one read while the other is written).
+    pub carried: Vec<Option<(Tensor, [Tensor; 2])>>,
+}
+
+/// Where a layer's backward runs: which step, and the same layer's activations in the step
+/// before (a recurrent layer's incoming conv state is that step's last inputs).
+pub struct StepPosition<'a> {
+    pub index: usize,
+    pub previous: Option<&'a LayerActivations>,
 }
 
 /// dx (+)= ∂L/∂x of y = W·x (+ scale · B·(A·x)) given dy, for a frozen W; an adapter's
@@ -282,6 +315,47 @@ impl Model {
             d_act: z("d act", shape.n_ff)?,
             d_gate: z("d gate", shape.n_ff)?,
             d_up: z("d up", shape.n_ff)?,
+            dqg: match a.gated {
+                true => Some(z("dqg", 2 * a.q_dim())?),
+                false => None,
+            },
+            delta_net: match &shape.delta {
+                Some(d) => {
+                    let (value, channels) = (d.n_v * d.d_v, d.qkv_len() as u32);
+                    let conv_state = [shape.conv_taps - 1, channels];
+                    let carried = shape
+                        .layers
+                        .iter()
+                        .map(|k| match k {
+                            LayerKind::DeltaNet => Ok(Some((
+                                Tensor::zeros(&ctx, "d delta state", [d.n_v, d.d_k * d.d_v])?,
+                                [
+                                    Tensor::zeros(&ctx, "d conv state", conv_state)?,
+                                    Tensor::zeros(&ctx, "d conv state", conv_state)?,
+                                ],
+                            ))),
+                            LayerKind::Attention => Ok(None),
+                        })
+                        .collect::<Result<_>>()?;
+                    Some(DeltaBuffers {
+                        d_normed: z("d delta normed", value)?,
+                        d_o: z("d delta out", value)?,
+                        dz: z("d delta gate", value)?,
+                        dqkv: z("d qkv", channels)?,
+                        dqkv_raw: z("d qkv raw", channels)?,
+                        d_alpha: z("d alpha", d.n_v)?,
+                        d_beta: z("d beta", d.n_v)?,
+                        scratch: ctx.storage_buffer(
+                            "delta backward scratch",
+                            d.backward_scratch_len(t_max) * 4,
+                            wgpu::BufferUsages::empty(),
+                        )?,
+                        conv_zeros: Tensor::zeros(&ctx, "conv start", conv_state)?,
+                        carried,
+                    })
+                }
+                None => None,
+            },
             lora_x: Some((z("lora u", max_rank)?, z("lora du", max_rank)?)),
             lora,
         };
@@ -332,8 +406,12 @@ impl Model {
                 let layer = {
                     let io = self.graph_io();
                     let mut g = Graph::new(&io, t_max);
+                    let pos = StepPosition {
+                        index: s,
+                        previous: s.checked_sub(1).map(|p| &fwd.steps[p].layers[i]),
+                    };
                     self.arch
-                        .record_layer_backward(&mut g, i, &store.layers[i], &b)?;
+                        .record_layer_backward(&mut g, i, &store.layers[i], &b, &pos)?;
                     g.dispatches
                 };
                 run(&ctx, &layer, (end - start) as u32);

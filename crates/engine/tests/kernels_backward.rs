@@ -1203,17 +1203,19 @@ fn conv1d_backward_matches_finite_differences() {
     let (x2, dy2, bs1, bdf) = (
         part(t1, n, &x),
         part(t1, n, &dy),
-        gpu.upload(&to32(&s1)),
+        gpu.upload(&[randn(&mut r, 2 * c_n, 9.0), to32(&s1)].concat()),
         gpu.upload(&d_final),
     );
+    // Step 2 reads its incoming state from rows 2.. of a longer buffer, as from the step
+    // before's own inputs.
     let back2 = ops::conv1d::conv1d_backward(
-        &gpu.0, &x2, &bw, &bs1, &dy2, &bdf, &dx2, &ds1, c_n as u32, k as u32, &step2,
+        &gpu.0, &x2, &bw, &bs1, 2, &dy2, &bdf, &dx2, &ds1, c_n as u32, k as u32, &step2,
     )
     .unwrap();
     gpu.run(&[back2], t2);
     let (x1, dy1, bs0) = (part(0, t1, &x), part(0, t1, &dy), gpu.upload(&s0));
     let back1 = ops::conv1d::conv1d_backward(
-        &gpu.0, &x1, &bw, &bs0, &dy1, &ds1, &dx1, &ds0, c_n as u32, k as u32, &step1,
+        &gpu.0, &x1, &bw, &bs0, 0, &dy1, &ds1, &dx1, &ds0, c_n as u32, k as u32, &step1,
     )
     .unwrap();
     gpu.run(&[back1], t1);

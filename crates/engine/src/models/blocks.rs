@@ -266,8 +266,8 @@ impl Attention {
             .to_vec()
     }
 
-    /// The backward of the attention block and its norm (Llama and Qwen3: no output gate):
-    /// `b.g` holds ∂L/∂x after the block and is left holding ∂L/∂x before it. The step's
+    /// The backward of the attention block and its norm (Llama, Qwen3, and Qwen3.5's gated
+    /// attention): `b.g` holds ∂L/∂x after the block and is left holding ∂L/∂x before it. The step's
     /// queries add their share to `kv` (∂L/∂K, ∂L/∂V of every position they saw), and the
     /// step's own rows of it, complete once later steps have run, go back through RoPE,
     /// QK-norm and the projections.
@@ -290,18 +290,41 @@ impl Attention {
                 "attention's backward needs its kept input and softmax statistics".into(),
             ));
         };
-        if s.gated {
-            return Err(EngineError::Config(
-                "gated attention (Qwen3.5) has no backward pass yet".into(),
-            ));
-        }
         let (n_head, n_kv, hd) = (s.n_head, s.n_kv, s.head_dim);
         linear_backward(g, &self.wo, &a.att, &b.g, &b.d_att, false, b)?;
+        // Gated (Qwen3.5): through the output gate first, from the gated output kept; that
+        // also gives attention's Σ dO·O, and turns d_att into the ungated output's gradient.
+        let gated = match (s.gated, &a.qg, &b.dqg) {
+            (false, _, _) => None,
+            (true, Some(qg), Some(dqg)) => {
+                let heads = ops::attn_gate::GatedHeads {
+                    n_head,
+                    head_dim: hd,
+                    max_tokens: g.max_tokens,
+                };
+                g.push(heads.sigmoid_gate_backward(
+                    g.ctx,
+                    &qg.buffer,
+                    &a.att.buffer,
+                    &b.d_att.buffer,
+                    &dqg.buffer,
+                    &b.delta.buffer,
+                    g.step,
+                )?);
+                Some((heads, dqg))
+            }
+            (true, _, _) => {
+                return Err(EngineError::Config(
+                    "gated attention's backward needs the kept q/gate and its gradient buffer"
+                        .into(),
+                ));
+            }
+        };
         let grads = ops::attention::AttentionGrads {
             q: &a.q.buffer,
             k: &self.k_cache.buffer,
             v: &self.v_cache.buffer,
-            o: Some(&a.att.buffer),
+            o: gated.is_none().then_some(&a.att.buffer),
             lse: &lse.buffer,
             d_o: &b.d_att.buffer,
             delta: &b.delta.buffer,
@@ -378,6 +401,13 @@ impl Attention {
             }
         };
         let xn = &l.mixer_in;
+        let dq = match gated {
+            Some((heads, dqg)) => {
+                g.push(heads.split_query_backward(g.ctx, &dq.buffer, &dqg.buffer, g.step)?);
+                dqg
+            }
+            None => dq,
+        };
         linear_backward(g, &self.wq, xn, dq, &b.d_norm, false, b)?;
         linear_backward(g, &self.wk, xn, dk, &b.d_norm, true, b)?;
         linear_backward(g, &self.wv, xn, &b.dv, &b.d_norm, true, b)?;

@@ -16,7 +16,7 @@ use lilypad_gguf::GgufFile;
 use super::Forward;
 use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
 use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
-use crate::backward::BackwardBuffers;
+use crate::backward::{BackwardBuffers, StepPosition};
 use crate::error::{EngineError, Result};
 use crate::graph::Graph;
 use crate::linear::Linear;
@@ -265,6 +265,7 @@ impl Forward for Llama {
         i: usize,
         l: &LayerActivations,
         b: &BackwardBuffers,
+        _pos: &StepPosition,
     ) -> Result<()> {
         let (attention, mlp) = &self.layers[i];
         mlp.record_backward(g, l, b)?;

@@ -14,7 +14,7 @@ pub use qwen35::Qwen35Config;
 use lilypad_gguf::GgufFile;
 
 use crate::activations::{ActivationShape, ActivationStore, LayerActivations};
-use crate::backward::BackwardBuffers;
+use crate::backward::{BackwardBuffers, StepPosition};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, GraphIo, Write};
 use crate::kernels::Dispatch;
@@ -46,6 +46,7 @@ pub(crate) trait Forward: wgpu::WasmNotSendSync {
         _i: usize,
         _l: &LayerActivations,
         _b: &BackwardBuffers,
+        _pos: &StepPosition,
     ) -> Result<()> {
         Err(EngineError::Config(
             "this architecture has no backward pass yet".into(),

@@ -22,11 +22,13 @@ use super::Forward;
 use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
 use super::llama::rope_frequencies;
 use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
+use crate::backward::{BackwardBuffers, StepPosition, linear_backward, rms_norm_backward};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Write};
 use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::ops::{
+    self,
     conv1d::MAX_TAPS,
     delta_net::{DeltaNetInputs, DeltaNetShape, MAX_HEAD_DIM},
     rope::RopeMode,
@@ -395,6 +397,118 @@ impl DeltaNet {
         .to_vec()
     }
 
+    /// The backward of the DeltaNet block and its norm: `b.g` holds ∂L/∂x after the block and
+    /// is left holding ∂L/∂x before it. Recurrent state crosses steps backwards through
+    /// `carried`: the delta rule's state gradient and the conv state's (the step before's
+    /// last inputs, whose conv input gradient it becomes).
+    pub fn record_backward(
+        &self,
+        g: &mut Graph,
+        cfg: &Qwen35Config,
+        l: &LayerActivations,
+        b: &BackwardBuffers,
+        pos: &StepPosition,
+        layer: usize,
+    ) -> Result<()> {
+        let d = l.delta_net().ok_or_else(|| {
+            EngineError::Config("a DeltaNet layer needs DeltaNet activations".into())
+        })?;
+        let missing = || {
+            EngineError::Config(
+                "the DeltaNet backward needs kept activations (input, norm statistics, chunk states)"
+                    .into(),
+            )
+        };
+        let (Some(x_in), Some(o_rstd), Some(states)) = (&l.x_in, &d.o_rstd, &d.states) else {
+            return Err(missing());
+        };
+        let bd = b.delta_net.as_ref().ok_or_else(missing)?;
+        let (d_state, conv_d) = bd
+            .carried
+            .get(layer)
+            .and_then(Option::as_ref)
+            .ok_or_else(missing)?;
+        let shape = cfg.delta;
+        linear_backward(g, &self.out, &d.o_normed, &b.g, &bd.d_normed, false, b)?;
+        g.push(ops::rms_norm::rms_norm_backward(
+            g.ctx,
+            &d.o.buffer,
+            &self.out_norm.buffer,
+            &o_rstd.buffer,
+            &bd.d_normed.buffer,
+            &bd.d_o.buffer,
+            Some(ops::rms_norm::GateGrad {
+                z: &d.z.buffer,
+                dz: &bd.dz.buffer,
+            }),
+            shape.d_v,
+            shape.n_v,
+            false,
+            g.step,
+        )?);
+        let inputs = DeltaNetInputs {
+            qkv: &d.qkv.buffer,
+            alpha: &d.alpha.buffer,
+            beta: &d.beta.buffer,
+            a: &self.a.buffer,
+            dt_bias: &self.dt_bias.buffer,
+        };
+        let grads = ops::delta_net::DeltaNetGrads {
+            // The first chunk's incoming state is the step's.
+            state_in: &states.buffer,
+            d_out: &bd.d_o.buffer,
+            d_state: &d_state.buffer,
+            dqkv: &bd.dqkv.buffer,
+            d_alpha: &bd.d_alpha.buffer,
+            d_beta: &bd.d_beta.buffer,
+            scratch: &bd.scratch,
+        };
+        for k in
+            ops::delta_net::delta_net_backward(g.ctx, &inputs, &grads, shape, g.max_tokens, g.step)?
+        {
+            g.push(k);
+        }
+        // The conv started from the step before's last taps − 1 inputs (zeros at the start).
+        let taps = cfg.conv_kernel;
+        let (state_in, row0) = match pos.previous.and_then(|p| p.delta_net()) {
+            Some(prev) => (&prev.qkv_raw, g.max_tokens - (taps - 1)),
+            None => (&bd.conv_zeros, 0),
+        };
+        let (d_out_state, d_in_state) = match pos.index % 2 {
+            0 => (&conv_d[0], &conv_d[1]),
+            _ => (&conv_d[1], &conv_d[0]),
+        };
+        g.push(ops::conv1d::conv1d_backward(
+            g.ctx,
+            &d.qkv_raw.buffer,
+            &self.conv.buffer,
+            &state_in.buffer,
+            row0,
+            &bd.dqkv.buffer,
+            &d_out_state.buffer,
+            &bd.dqkv_raw.buffer,
+            &d_in_state.buffer,
+            shape.qkv_len() as u32,
+            taps,
+            g.step,
+        )?);
+        let xn = &l.mixer_in;
+        linear_backward(g, &self.z, xn, &bd.dz, &b.d_norm, false, b)?;
+        linear_backward(g, &self.qkv, xn, &bd.dqkv_raw, &b.d_norm, true, b)?;
+        linear_backward(g, &self.alpha, xn, &bd.d_alpha, &b.d_norm, true, b)?;
+        linear_backward(g, &self.beta, xn, &bd.d_beta, &b.d_norm, true, b)?;
+        rms_norm_backward(
+            g,
+            x_in,
+            &self.norm,
+            l.mixer_rstd.as_ref(),
+            &b.d_norm,
+            &b.g,
+            1,
+            true,
+        )
+    }
+
     /// x += ssm_out · gated_norm(delta_rule(conv(qkv · xn))), xn the normed input
     /// `record_layer` left in `l.mixer_in`.
     pub fn record(&self, g: &mut Graph, cfg: &Qwen35Config, l: &LayerActivations) -> Result<()> {
@@ -550,6 +664,25 @@ impl Forward for Qwen35 {
             Mixer::DeltaNet(delta) => delta.record(g, &self.cfg, l),
         };
         record_layer(g, l, norm, record, mlp, self.cfg.rms_eps)
+    }
+
+    fn record_layer_backward(
+        &self,
+        g: &mut Graph,
+        i: usize,
+        l: &LayerActivations,
+        b: &BackwardBuffers,
+        pos: &StepPosition,
+    ) -> Result<()> {
+        let (mixer, mlp) = &self.layers[i];
+        mlp.record_backward(g, l, b)?;
+        match mixer {
+            Mixer::Attention(attention) => {
+                let kv = &b.kv[i];
+                attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
+            }
+            Mixer::DeltaNet(delta) => delta.record_backward(g, &self.cfg, l, b, pos, i),
+        }
     }
 
     fn output_norm(&self) -> &Tensor {

@@ -47,8 +47,8 @@ pub fn conv1d(
 }
 
 /// The input gradient of [`conv1d`] for a step of one sequence: from the step's inputs x
-/// [T, channels], the weights, the state the step started from `state_in` [taps − 1,
-/// channels], dy [T, channels] and the gradient of the state the step left behind
+/// [T, channels], the weights, the state the step started from (rows `state_row0` ..
+/// `state_row0 + taps − 1` of `state_in`, which may be the step before's inputs), dy [T, channels] and the gradient of the state the step left behind
 /// `d_state_out` (zeros for a sequence's last step), writes dx [T, channels] and
 /// `d_state_in`, the gradient the step before receives as its `d_state_out`.
 #[allow(clippy::too_many_arguments)]
@@ -57,6 +57,7 @@ pub fn conv1d_backward(
     x: &wgpu::Buffer,
     w: &wgpu::Buffer,
     state_in: &wgpu::Buffer,
+    state_row0: u32,
     dy: &wgpu::Buffer,
     d_state_out: &wgpu::Buffer,
     dx: &wgpu::Buffer,
@@ -66,9 +67,10 @@ pub fn conv1d_backward(
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     let state_bytes = (taps.saturating_sub(1) as u64 * channels as u64 * 4).max(4);
-    let small = [state_in, d_state_out, d_state_in]
+    let small = [d_state_out, d_state_in]
         .iter()
-        .any(|b| b.size() < state_bytes);
+        .any(|b| b.size() < state_bytes)
+        || state_in.size() < state_bytes + state_row0 as u64 * channels as u64 * 4;
     if channels == 0 || !(2..=MAX_TAPS).contains(&taps) || small {
         return Err(EngineError::Shape {
             op: "conv1d_backward",
@@ -79,7 +81,7 @@ pub fn conv1d_backward(
     }
     let macros = Macros::new().u32("WG", WG).u32("N_TAPS", taps);
     let pipeline = ctx.pipeline("conv1d_backward.wgsl", "conv1d_backward", &macros)?;
-    let p = params(ctx, "conv1d_backward", &[channels]);
+    let p = params(ctx, "conv1d_backward", &[channels, state_row0]);
     let (gx, gz) = fold_grid(channels.div_ceil(WG));
     Ok(Dispatch::new(
         ctx,
