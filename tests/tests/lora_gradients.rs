@@ -116,3 +116,39 @@ fn qwen3_lora_gradients_match_pytorch() {
 fn qwen35_lora_gradients_match_pytorch() {
     check("qwen35-tiny");
 }
+
+/// A checkpointed forward pass is refused with a clear error (the backward reads kept
+/// activations), as are targets that do not fit the sequence.
+#[test]
+fn gradients_refuse_what_they_cannot_use() {
+    let dir = repo_root().join("tests/fixtures/lora/llama-tiny");
+    let src = MmapSource::open(dir.join("model/model.gguf")).unwrap();
+    let file = GgufFile::read(&src).unwrap();
+    let Some(mut model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
+        return;
+    };
+    let tokens = [1u32, 2, 3, 4, 5];
+    let fwd =
+        pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
+    let err = pollster::block_on(model.lora_gradients(&fwd, &tokens, &[1.0; 5])).unwrap_err();
+    assert!(err.to_string().contains("no LoRA adapter"), "{err}");
+    let a = dir.join("adapter");
+    let adapter = LoraAdapter::from_peft(
+        &std::fs::read(a.join("adapter_config.json")).unwrap(),
+        &std::fs::read(a.join("adapter_model.safetensors")).unwrap(),
+        &file,
+    )
+    .unwrap();
+    model.set_lora(Some(&adapter)).unwrap();
+    let fwd =
+        pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
+    let err = pollster::block_on(model.lora_gradients(&fwd, &tokens[..4], &[1.0; 5])).unwrap_err();
+    assert!(err.to_string().contains("4 targets"), "{err}");
+    let err =
+        pollster::block_on(model.lora_gradients(&fwd, &[1, 2, 3, 4, 9999], &[1.0; 5])).unwrap_err();
+    assert!(err.to_string().contains("9999"), "{err}");
+    let ckpt = pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Checkpoint))
+        .unwrap();
+    let err = pollster::block_on(model.lora_gradients(&ckpt, &tokens, &[1.0; 5])).unwrap_err();
+    assert!(err.to_string().contains("ActivationMode::Keep"), "{err}");
+}

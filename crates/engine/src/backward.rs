@@ -267,6 +267,13 @@ impl Model {
                 "the model no longer holds the forward pass's sequence".into(),
             ));
         }
+        if fwd.mode != ActivationMode::Keep {
+            // A checkpointed pass keeps neither the MLP's input nor a recurrent layer's conv
+            // inputs of the step before; recomputing them is the next step for long sequences.
+            return Err(EngineError::Config(
+                "the backward pass reads kept activations: run the forward pass with ActivationMode::Keep".into(),
+            ));
+        }
         let ctx = self.gpu().clone();
         let t_max = fwd.step_tokens;
         let shape = self.config.activation_shape();
@@ -365,15 +372,10 @@ impl Model {
             ctx.storage_buffer("targets", t_max as u64 * 4, wgpu::BufferUsages::empty())?;
         let step_coef = z("loss weights", 1)?;
         let n_layers = shape.layers.len();
-        let checkpoint = fwd.mode == ActivationMode::Checkpoint;
         for s in (0..fwd.steps.len()).rev() {
             let start = s * t_max as usize;
             let end = (start + t_max as usize).min(n);
             let store = &fwd.steps[s];
-            if checkpoint {
-                // The last layer's output is the final norm's input.
-                fwd.recompute(self, s, n_layers - 1).await?;
-            }
             self.write_step_input(&fwd.tokens[start..end], start as u32);
             let mut tg = targets[start..end].to_vec();
             let mut cf = coef[start..end].to_vec();
@@ -399,10 +401,6 @@ impl Model {
             };
             run(&ctx, &head, (end - start) as u32);
             for i in (0..n_layers).rev() {
-                if checkpoint {
-                    fwd.recompute(self, s, i).await?;
-                    self.write_step_input(&fwd.tokens[start..end], start as u32);
-                }
                 let layer = {
                     let io = self.graph_io();
                     let mut g = Graph::new(&io, t_max);
