@@ -12,6 +12,17 @@ use lilypad_gguf::{ByteSource, GgufFile, GgufWriter, MmapSource};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Deserialize;
 
+/// The PEFT adapter in folder `dir` (`adapter_config.json`, `adapter_model.safetensors`),
+/// mapped onto `base`.
+pub fn peft_adapter(dir: &std::path::Path, base: &GgufFile) -> lilypad_gguf::peft::LoraAdapter {
+    lilypad_gguf::peft::LoraAdapter::from_peft(
+        &std::fs::read(dir.join("adapter_config.json")).unwrap(),
+        &std::fs::read(dir.join("adapter_model.safetensors")).unwrap(),
+        base,
+    )
+    .unwrap()
+}
+
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -13,10 +13,10 @@
 //! moves whole tensors by far more.
 
 use lilypad_engine::ActivationMode;
-use lilypad_gguf::peft::{LoraAdapter, LoraTensor};
+use lilypad_gguf::peft::LoraTensor;
 use lilypad_gguf::{GgufFile, MmapSource};
 use lilypad_tests::qwen;
-use lilypad_tests::repo_root;
+use lilypad_tests::{peft_adapter, repo_root};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -36,17 +36,8 @@ fn check(name: &str) {
     };
     let src = MmapSource::open(gguf).unwrap();
     let file = GgufFile::read(&src).unwrap();
-    let read_adapter = |sub: &str| {
-        let a = dir.join(sub);
-        LoraAdapter::from_peft(
-            &std::fs::read(a.join("adapter_config.json")).unwrap(),
-            &std::fs::read(a.join("adapter_model.safetensors")).unwrap(),
-            &file,
-        )
-        .unwrap()
-    };
-    let adapter = read_adapter("adapter");
-    let reference = read_adapter("grads");
+    let adapter = peft_adapter(&dir.join("adapter"), &file);
+    let reference = peft_adapter(&dir.join("grads"), &file);
     let m: GradManifest =
         serde_json::from_slice(&std::fs::read(dir.join("grads/grads.json")).unwrap()).unwrap();
     let Some(mut model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
@@ -132,14 +123,9 @@ fn gradients_refuse_what_they_cannot_use() {
         pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
     let err = pollster::block_on(model.lora_gradients(&fwd, &tokens, &[1.0; 5])).unwrap_err();
     assert!(err.to_string().contains("no LoRA adapter"), "{err}");
-    let a = dir.join("adapter");
-    let adapter = LoraAdapter::from_peft(
-        &std::fs::read(a.join("adapter_config.json")).unwrap(),
-        &std::fs::read(a.join("adapter_model.safetensors")).unwrap(),
-        &file,
-    )
-    .unwrap();
-    model.set_lora(Some(&adapter)).unwrap();
+    model
+        .set_lora(Some(&peft_adapter(&dir.join("adapter"), &file)))
+        .unwrap();
     let fwd =
         pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
     let err = pollster::block_on(model.lora_gradients(&fwd, &tokens[..4], &[1.0; 5])).unwrap_err();

@@ -59,13 +59,7 @@ impl LoraFixture {
 
     /// The PEFT folder mapped onto `base`.
     fn adapter_for(&self, base: &GgufFile) -> LoraAdapter {
-        let a = self.dir.join("adapter");
-        LoraAdapter::from_peft(
-            &std::fs::read(a.join("adapter_config.json")).unwrap(),
-            &std::fs::read(a.join("adapter_model.safetensors")).unwrap(),
-            base,
-        )
-        .unwrap()
+        lilypad_tests::peft_adapter(&self.dir.join("adapter"), base)
     }
 
     fn logits(&self, which: &str) -> Vec<f32> {

@@ -22,6 +22,7 @@ use lilypad_gguf::peft::LoraTensor;
 
 use crate::activations::{ActivationMode, ActivationStore, LayerActivations, LayerKind};
 use crate::error::{EngineError, Result};
+use crate::gpu::GpuContext;
 use crate::graph::Graph;
 use crate::kernels::Dispatch;
 use crate::linear::Linear;
@@ -236,6 +237,87 @@ pub fn rms_norm_backward(
     Ok(())
 }
 
+/// The gradients of a model's LoRA adapter on the GPU, in the layout of the adapter's own
+/// buffers (ranks padded), summed over backward passes until [`LoraGradients::zero`]: what an
+/// optimizer reads.
+pub struct LoraGradients {
+    /// Per adapted linear (by weight name): ∂L/∂A [padded rank, n_in] and ∂L/∂B [n_out,
+    /// padded rank], of B before its scale.
+    pub tensors: HashMap<String, (Tensor, Tensor)>,
+    max_rank: u32,
+}
+
+impl LoraGradients {
+    /// Zeroed gradients for the adapter `model` has now.
+    pub fn new(model: &mut Model) -> Result<Self> {
+        let ctx = model.gpu().clone();
+        let mut tensors = HashMap::new();
+        let mut max_rank = 0;
+        for l in model.arch.linears_mut() {
+            if let Some(ad) = &l.lora {
+                let (rows, cols) = (l.weight.rows as u32, l.weight.cols as u32);
+                max_rank = max_rank.max(ad.rank);
+                tensors.insert(
+                    l.name().to_string(),
+                    (
+                        Tensor::zeros(&ctx, "lora dA", [ad.rank, cols])?,
+                        Tensor::zeros(&ctx, "lora dB", [rows, ad.rank])?,
+                    ),
+                );
+            }
+        }
+        if tensors.is_empty() {
+            return Err(EngineError::Config(
+                "the model has no LoRA adapter to take gradients of".into(),
+            ));
+        }
+        Ok(Self { tensors, max_rank })
+    }
+
+    /// Sets every gradient to zero (after an optimizer step).
+    pub fn zero(&self, ctx: &GpuContext) {
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        for (a, b) in self.tensors.values() {
+            encoder.clear_buffer(&a.buffer, 0, None);
+            encoder.clear_buffer(&b.buffer, 0, None);
+        }
+        ctx.queue.submit([encoder.finish()]);
+    }
+
+    /// The gradients, one per adapted linear of `model` in its order, each in its adapter
+    /// tensor's layout (the adapter's own rank, B before its scale).
+    pub async fn read(&self, model: &mut Model) -> Result<Vec<LoraTensor>> {
+        let ctx = model.gpu().clone();
+        let mut out = Vec::new();
+        for l in model.arch.linears_mut() {
+            let (Some(ad), Some((da, db))) = (&l.lora, self.tensors.get(l.name())) else {
+                continue;
+            };
+            let (rows, cols, r) = (
+                l.weight.rows as usize,
+                l.weight.cols as usize,
+                ad.rank as usize,
+            );
+            let a_pad = ctx.read_f32(&da.buffer, 0, (r * cols) as u64).await?;
+            let b_pad = ctx.read_f32(&db.buffer, 0, (rows * r) as u64).await?;
+            // The padding rows of A and columns of B are not the adapter's.
+            let rank = ad.adapter_rank as usize;
+            out.push(LoraTensor {
+                target: l.name().to_string(),
+                rank,
+                n_in: cols,
+                n_out: rows,
+                a: a_pad[..rank * cols].to_vec(),
+                b: b_pad
+                    .chunks_exact(r)
+                    .flat_map(|row| row[..rank].to_vec())
+                    .collect(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl Model {
     /// The LoRA gradients of L = Σ_t coef[t] · log p(targets[t] | tokens[..=t]) over the
     /// sequence of `fwd` (which this model must still hold in slot 0), one per adapted
@@ -247,6 +329,19 @@ impl Model {
         targets: &[u32],
         coef: &[f32],
     ) -> Result<Vec<LoraTensor>> {
+        let grads = LoraGradients::new(self)?;
+        self.lora_backward(fwd, targets, coef, &grads).await?;
+        grads.read(self).await
+    }
+
+    /// [`Model::lora_gradients`] added to `grads` on the GPU (a batch's sequences sum there).
+    pub async fn lora_backward(
+        &mut self,
+        fwd: &TrainingForward,
+        targets: &[u32],
+        coef: &[f32],
+        grads: &LoraGradients,
+    ) -> Result<()> {
         let n = fwd.tokens.len();
         if targets.len() != n || coef.len() != n {
             return Err(EngineError::Sequence(format!(
@@ -279,26 +374,23 @@ impl Model {
         let shape = self.config.activation_shape();
         let a = &shape.attention;
         let z = |label, cols| Tensor::zeros(&ctx, label, [t_max, cols]);
-        let mut lora = HashMap::new();
-        let mut max_rank = 0;
         for l in self.arch.linears_mut() {
-            if let Some(ad) = &l.lora {
-                let (rows, cols) = (l.weight.rows as u32, l.weight.cols as u32);
-                max_rank = max_rank.max(ad.rank);
-                lora.insert(
-                    l.name().to_string(),
-                    (
-                        Tensor::zeros(&ctx, "lora dA", [ad.rank, cols])?,
-                        Tensor::zeros(&ctx, "lora dB", [rows, ad.rank])?,
-                    ),
-                );
+            let fits = match (&l.lora, grads.tensors.get(l.name())) {
+                (None, None) => true,
+                (Some(ad), Some((da, db))) => {
+                    da.shape == [ad.rank, l.weight.cols as u32]
+                        && db.shape == [l.weight.rows as u32, ad.rank]
+                }
+                _ => false,
+            };
+            if !fits {
+                return Err(EngineError::Config(format!(
+                    "the gradients were made for another adapter than {}'s",
+                    l.name()
+                )));
             }
         }
-        if lora.is_empty() {
-            return Err(EngineError::Config(
-                "the model has no LoRA adapter to take gradients of".into(),
-            ));
-        }
+        let max_rank = grads.max_rank;
         let b = BackwardBuffers {
             g: z("d residual", shape.n_embd)?,
             d_norm: z("d normed", shape.n_embd)?,
@@ -364,7 +456,7 @@ impl Model {
                 None => None,
             },
             lora_x: Some((z("lora u", max_rank)?, z("lora du", max_rank)?)),
-            lora,
+            lora: grads.tensors.clone(),
         };
         let logits = z("logits", vocab)?;
         let d_logits = z("d logits", vocab)?;
@@ -415,34 +507,7 @@ impl Model {
                 run(&ctx, &layer, (end - start) as u32);
             }
         }
-        ctx.check()?;
-        let mut out = Vec::new();
-        for l in self.arch.linears_mut() {
-            let (Some(ad), Some((da, db))) = (&l.lora, b.lora.get(l.name())) else {
-                continue;
-            };
-            let (rows, cols, r) = (
-                l.weight.rows as usize,
-                l.weight.cols as usize,
-                ad.rank as usize,
-            );
-            let a_pad = ctx.read_f32(&da.buffer, 0, (r * cols) as u64).await?;
-            let b_pad = ctx.read_f32(&db.buffer, 0, (rows * r) as u64).await?;
-            // The adapter's own rank: the padding rows of A and columns of B are not its.
-            let rank = ad.adapter_rank as usize;
-            out.push(LoraTensor {
-                target: l.name().to_string(),
-                rank,
-                n_in: cols,
-                n_out: rows,
-                a: a_pad[..rank * cols].to_vec(),
-                b: b_pad
-                    .chunks_exact(r)
-                    .flat_map(|row| row[..rank].to_vec())
-                    .collect(),
-            });
-        }
-        Ok(out)
+        ctx.check()
     }
 
     /// The step's final norm again (into `store.hidden`), its logits, their gradient, and back
@@ -512,7 +577,7 @@ impl Model {
     }
 }
 
-fn run(ctx: &crate::gpu::GpuContext, graph: &[Dispatch], n: u32) {
+fn run(ctx: &GpuContext, graph: &[Dispatch], n: u32) {
     let mut encoder = ctx.device.create_command_encoder(&Default::default());
     {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {

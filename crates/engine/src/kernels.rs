@@ -18,6 +18,7 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../shaders/common/step.wgsl"),
     ),
     ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
+    ("adamw.wgsl", include_str!("../../../shaders/adamw.wgsl")),
     (
         "get_rows.wgsl",
         include_str!("../../../shaders/get_rows.wgsl"),

@@ -1416,3 +1416,67 @@ fn check_delta_net_backward(
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The optimizer.
+
+/// Five AdamW steps (fresh gradients each, a clipping factor, a stored scale, weight decay)
+/// against the f64 update rule, and the gradient's sum of squares.
+#[test]
+fn adamw_matches_reference() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let n = 1000usize;
+    let param0 = randn(&mut r, n, 1.0);
+    let (bp, bm, bv) = (gpu.upload(&param0), gpu.zeros(n), gpu.zeros(n));
+    let (mut p64, mut m64, mut v64) = (f64s(&param0), vec![0f64; n], vec![0f64; n]);
+    let (param_scale, wd) = (2.5f32, 0.01f32);
+    for t in 1..=5u32 {
+        let grad = randn(&mut r, n, 3.0);
+        let s = ops::adamw::AdamWStep {
+            lr: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: wd,
+            t,
+            grad_scale: 0.7,
+        };
+        let bg = gpu.upload(&grad);
+        let d = ops::adamw::adamw(&gpu.0, &bp, &bg, &bm, &bv, n as u32, &s, param_scale).unwrap();
+        gpu.run(&[d], 1);
+        let (b1, b2) = (s.beta1 as f64, s.beta2 as f64);
+        for i in 0..n {
+            let g = grad[i] as f64 * s.grad_scale as f64;
+            m64[i] = b1 * m64[i] + (1.0 - b1) * g;
+            v64[i] = b2 * v64[i] + (1.0 - b2) * g * g;
+            let mh = m64[i] / (1.0 - b1.powi(t as i32));
+            let vh = v64[i] / (1.0 - b2.powi(t as i32));
+            let step = param_scale as f64 * mh / (vh.sqrt() + s.eps as f64);
+            p64[i] -= s.lr as f64 * (step + wd as f64 * p64[i]);
+        }
+        let got = f64s(&gpu.read(&bp, n));
+        assert_close(&got, &p64, 1e-5, 1.0, &format!("adamw step {t} param"));
+        assert_close(
+            &f64s(&gpu.read(&bm, n)),
+            &m64,
+            1e-5,
+            0.1,
+            &format!("adamw step {t} m"),
+        );
+        assert_close(
+            &f64s(&gpu.read(&bv, n)),
+            &v64,
+            1e-5,
+            0.1,
+            &format!("adamw step {t} v"),
+        );
+        // The gradient's sum of squares, into slot 1 of 3.
+        let out = gpu.upload(&[5.0, 5.0, 5.0]);
+        let d = ops::adamw::sum_squares(&gpu.0, &bg, n as u32, &out, 1).unwrap();
+        gpu.run(&[d], 1);
+        let got = gpu.read(&out, 3);
+        let want: f64 = grad.iter().map(|&g| g as f64 * g as f64).sum();
+        assert_close(&f64s(&got), &[5.0, want, 5.0], 1e-5, 1.0, "sum of squares");
+    }
+}

@@ -6,6 +6,7 @@
 // nature, and a struct per kernel would only rename them.
 #![allow(clippy::too_many_arguments)]
 
+pub mod adamw;
 pub mod attention;
 pub mod attn_gate;
 pub mod conv1d;
