@@ -203,8 +203,19 @@ async function ask(view, question) {
   await command('lilypad: Chat');
   await view.waitForSelector('#lilypad-chat[open] .chat-input', { timeout: 30_000 });
   const before = await view.locator('.chat-message.assistant').count();
+  const replyStarted = (timeout) => view.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant').length > n,
+    before, { timeout }).then(() => true, () => false);
   await view.fill('.chat-input', question);
   await view.click('.chat-send');
+  // A click can land while the workbench still settles around the webview (a closing editor):
+  // the view never hears it. Say so and send once more; a view that hears and hangs fails below.
+  if (!(await replyStarted(30_000))) {
+    console.log(`  (the send did not reach the view: ${JSON.stringify(await view.evaluate(() => ({
+      state: document.getElementById('lilypad-chat').dataset.state, input: document.querySelector('.chat-input').value,
+      stats: document.querySelector('.chat-stats')?.textContent })))}; sending again)`);
+    await view.fill('.chat-input', question);
+    await view.click('.chat-send');
+  }
   const start = Date.now();
   try {
     await view.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant').length > n
