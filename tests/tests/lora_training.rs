@@ -123,3 +123,28 @@ fn training_lowers_the_loss_and_resumes_exactly() {
         "the resumed run's adapter and moments equal the uninterrupted run's"
     );
 }
+
+/// The training pass's log-probabilities (from its kept hidden states, what a clipped policy
+/// loss compares with the sampler's) equal the inference path's.
+#[test]
+fn training_log_probs_equal_inference() {
+    let Some(mut m) = model() else {
+        return;
+    };
+    let tokens: Vec<u32> = (0..21).map(|i| (i * 37 + 11) % 500).collect();
+    let targets: Vec<u32> = tokens.iter().map(|t| (t * 7 + 3) % 512).collect();
+    let fwd = pollster::block_on(m.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
+    let train = pollster::block_on(m.training_log_probs(&fwd, &targets)).unwrap();
+    m.truncate(0);
+    let infer = pollster::block_on(m.log_probs(0, &tokens, &targets)).unwrap();
+    assert_eq!(train.len(), tokens.len());
+    let worst = train
+        .iter()
+        .zip(&infer)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        worst < 1e-4,
+        "max |Δ log p| {worst}: {train:?} vs {infer:?}"
+    );
+}

@@ -5,6 +5,9 @@ mod calibrate;
 mod envs;
 mod eval;
 mod featadd;
+// GRPO's objective: tested here, read by the training loop that comes next.
+#[cfg_attr(not(test), allow(dead_code))]
+mod grpo;
 mod manifest;
 mod mutate;
 mod plot;

@@ -23,7 +23,7 @@ use lilypad_gguf::peft::LoraTensor;
 use crate::activations::{ActivationMode, ActivationStore, LayerActivations, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
-use crate::graph::Graph;
+use crate::graph::{Graph, Write};
 use crate::kernels::Dispatch;
 use crate::linear::Linear;
 use crate::model::Model;
@@ -334,6 +334,67 @@ impl Model {
         grads.read(self).await
     }
 
+    /// log p(targets[t] | tokens[..=t]) for every token of `fwd`'s sequence, from its kept
+    /// final hidden states: the current policy's log-probabilities, which a clipped
+    /// policy-gradient loss compares with those recorded at sampling time before it sets the
+    /// backward pass's weights. The model must still hold the sequence in slot 0.
+    pub async fn training_log_probs(
+        &mut self,
+        fwd: &TrainingForward,
+        targets: &[u32],
+    ) -> Result<Vec<f32>> {
+        let n = fwd.tokens.len();
+        if targets.len() != n {
+            return Err(EngineError::Sequence(format!(
+                "{} targets for {n} tokens",
+                targets.len()
+            )));
+        }
+        let vocab = self.config.vocab();
+        if let Some(&id) = targets.iter().find(|&&t| t >= vocab) {
+            return Err(EngineError::BadToken {
+                id,
+                vocab: vocab as usize,
+            });
+        }
+        if self.sequence_tokens(0) != fwd.tokens.as_slice() || fwd.mode != ActivationMode::Keep {
+            return Err(EngineError::Sequence(
+                "log-probabilities need a kept forward pass of the sequence the model holds".into(),
+            ));
+        }
+        let ctx = self.gpu().clone();
+        let t_max = fwd.step_tokens;
+        let logits = Tensor::zeros(&ctx, "logits", [t_max, vocab])?;
+        let step_targets =
+            ctx.storage_buffer("targets", t_max as u64 * 4, wgpu::BufferUsages::empty())?;
+        let out = Tensor::zeros(&ctx, "log probs", [t_max, 1])?;
+        let mut lp = Vec::with_capacity(n);
+        for (s, store) in fwd.steps.iter().enumerate() {
+            let start = s * t_max as usize;
+            let end = (start + t_max as usize).min(n);
+            self.write_step_input(&fwd.tokens[start..end], start as u32);
+            ctx.queue
+                .write_buffer(&step_targets, 0, bytemuck::cast_slice(&targets[start..end]));
+            let graph = {
+                let io = self.graph_io();
+                let mut g = Graph::new(&io, t_max);
+                self.record_logits(&mut g, store, &logits)?;
+                g.push(ops::softmax::gather_log_probs(
+                    g.ctx,
+                    &logits.buffer,
+                    &step_targets,
+                    &out.buffer,
+                    vocab,
+                    t_max,
+                )?);
+                g.dispatches
+            };
+            run(&ctx, &graph, (end - start) as u32);
+            lp.extend(ctx.read_f32(&out.buffer, 0, (end - start) as u64).await?);
+        }
+        Ok(lp)
+    }
+
     /// [`Model::lora_gradients`] added to `grads` on the GPU (a batch's sequences sum there).
     pub async fn lora_backward(
         &mut self,
@@ -510,33 +571,23 @@ impl Model {
         ctx.check()
     }
 
-    /// The step's final norm again (into `store.hidden`), its logits, their gradient, and back
-    /// through the LM head and the final norm into `b.g`.
-    fn record_head_backward(
-        &self,
-        g: &mut Graph,
-        store: &ActivationStore,
-        logits: &Tensor,
-        d_logits: &Tensor,
-        targets: &wgpu::Buffer,
-        coef: &Tensor,
-        b: &BackwardBuffers,
-    ) -> Result<()> {
+    /// The step's final norm again (into `store.hidden`) and its logits.
+    fn record_logits(&self, g: &mut Graph, store: &ActivationStore, logits: &Tensor) -> Result<()> {
         let x = &store
             .layers
             .last()
             .ok_or_else(|| EngineError::Config("a model without layers".into()))?
             .x;
-        let norm = self.arch.output_norm();
         let rstd = store.hidden_rstd.as_ref();
+        let eps = self.arch.eps();
         g.rms_norm(
             x,
-            norm,
+            self.arch.output_norm(),
             None,
             &store.hidden,
             rstd,
-            self.arch.eps(),
-            crate::graph::Write::Set,
+            eps,
+            Write::Set,
         )?;
         let head = self.arch.lm_head();
         let vocab = head.rows as u32;
@@ -553,6 +604,26 @@ impl Model {
         )? {
             g.push(d);
         }
+        Ok(())
+    }
+
+    /// The step's logits, their gradient, and back through the LM head and the final norm
+    /// into `b.g`.
+    fn record_head_backward(
+        &self,
+        g: &mut Graph,
+        store: &ActivationStore,
+        logits: &Tensor,
+        d_logits: &Tensor,
+        targets: &wgpu::Buffer,
+        coef: &Tensor,
+        b: &BackwardBuffers,
+    ) -> Result<()> {
+        self.record_logits(g, store, logits)?;
+        let x = &store.layers[store.layers.len() - 1].x;
+        let (norm, rstd) = (self.arch.output_norm(), store.hidden_rstd.as_ref());
+        let head = self.arch.lm_head();
+        let vocab = head.rows as u32;
         g.push(ops::softmax::log_prob_backward(
             g.ctx,
             &logits.buffer,
