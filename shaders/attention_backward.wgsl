@@ -11,7 +11,10 @@
 // backward runs (last step first).
 // Two entry points, each owning what it writes (no atomics): `attention_backward_dq`, a thread
 // per (query head, token), writes dq and delta; `attention_backward_dkv`, a thread per
-// (cache row, KV head), reads delta and adds to dk and dv.
+// (cache row, KV head), reads delta and adds to dk and dv. CPU adapters cut a loop short
+// after 65535 iterations per invocation (llvmpipe's loop limiter, shared by all of a shader's
+// loops), so each dispatch covers a block of positions (dq, the first block setting dq and
+// delta, the others adding) or of query tokens (dk, dv), sized by the host to stay under it.
 // DELTA_GIVEN: delta is already there (gated attention: attn_gate_backward.wgsl computes it
 // from the gated output, which is what the forward keeps) and o is not read.
 // Macros: WG, HD (the head dim: the size of each thread's accumulators), DELTA_GIVEN.
@@ -23,6 +26,8 @@ struct Params {
     n_kv: u32,
     head_dim: u32,
     scale: f32,
+    begin: u32,  // dq: the first position of this dispatch's block; dk/dv: the first token
+    end: u32,    // one past the last
 }
 
 @group(0) @binding(0) var<storage, read> q: array<f32>;
@@ -50,18 +55,23 @@ fn attention_backward_dq(@builtin(global_invocation_id) gid: vec3<u32>) {
     let base = (t * p.n_head + head) * hd;
     let info = step.tok[t];
     let first = info.y - info.x;
+    let first_block = p.begin == 0u;
 #if DELTA_GIVEN
     let dl = delta[t * p.n_head + head];
 #else
     var dl = 0.0;
-    for (var d = 0u; d < hd; d++) {
-        dl += d_o[base + d] * o[base + d];
+    if first_block {
+        for (var d = 0u; d < hd; d++) {
+            dl += d_o[base + d] * o[base + d];
+        }
+        delta[t * p.n_head + head] = dl;
+    } else {
+        dl = delta[t * p.n_head + head];
     }
-    delta[t * p.n_head + head] = dl;
 #endif
     let m = lse[t * p.n_head + head];
     var acc: array<f32, HD>;
-    for (var j = 0u; j <= info.x; j++) {
+    for (var j = p.begin; j < min(p.end, info.x + 1u); j++) {
         let kb = ((first + j) * p.n_kv + kv_head) * hd;
         var s = 0.0;
         var dp = 0.0;
@@ -75,7 +85,11 @@ fn attention_backward_dq(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
     }
     for (var d = 0u; d < hd; d++) {
-        dq[base + d] = acc[d] * p.scale;
+        if first_block {
+            dq[base + d] = acc[d] * p.scale;
+        } else {
+            dq[base + d] += acc[d] * p.scale;
+        }
     }
 }
 
@@ -94,8 +108,8 @@ fn attention_backward_dkv(@builtin(global_invocation_id) gid: vec3<u32>) {
     let kb = ((first + j) * p.n_kv + g) * hd;
     var ak: array<f32, HD>;
     var av: array<f32, HD>;
-    // Tokens at positions before j do not see it.
-    for (var t = 0u; t < n_tokens; t++) {
+    // This dispatch's block of query tokens; those at positions before j do not see it.
+    for (var t = p.begin; t < min(p.end, n_tokens); t++) {
         if step.tok[t].x < j {
             continue;
         }

@@ -4,14 +4,18 @@
 // A decoded unit is 8 weights of one row whose columns are the same in every row: one thread
 // owns a unit's columns and TILE tokens, walks down the rows, and reuses each decoded unit for
 // all of its tokens. Neighbouring threads read neighbouring units of the same row.
-// A weight split into chunks gets one dispatch per chunk, each adding its rows' share
-// (ACCUMULATE on all but the first).
+// A dispatch covers rows row_begin .. row_end of one weight chunk, and every dispatch after
+// a weight's first adds its rows' share (ACCUMULATE): CPU adapters cut a loop short after
+// 65535 iterations per invocation (llvmpipe's loop limiter, shared by all of a shader's
+// loops), so no invocation walks more than a few thousand rows. The token loop has a
+// constant bound so that it unrolls.
 // Macros: one weight type flag, WG, TILE, ACCUMULATE.
 
 #include "common/step.wgsl"
 
 struct Params {
-    rows: u32,        // rows in this weight chunk
+    row_begin: u32,   // rows of this weight chunk that this dispatch covers
+    row_end: u32,
     cols: u32,
     row_offset: u32,  // the chunk's first row: its column in dy
     dy_stride: u32,   // floats per token in dy
@@ -36,10 +40,10 @@ fn matvec_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     let nt = min(TILE, step.n_tokens - t0);
     var acc_a: array<vec4<f32>, TILE>;
     var acc_b: array<vec4<f32>, TILE>;
-    for (var r = 0u; r < p.rows; r++) {
+    for (var r = p.row_begin; r < p.row_end; r++) {
         let w = load_unit(r, u, p.cols);
-        for (var k = 0u; k < nt; k++) {
-            let g = dy[(t0 + k) * p.dy_stride + p.row_offset + r];
+        for (var k = 0u; k < TILE; k++) {
+            let g = dy[(t0 + min(k, nt - 1u)) * p.dy_stride + p.row_offset + r];
             acc_a[k] += w.a * g;
             acc_b[k] += w.b * g;
         }
@@ -47,7 +51,10 @@ fn matvec_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
     // The unit's columns (as vec4 indices within a row), the same in every row.
     let w = load_unit(0u, u, p.cols);
     let row4 = p.cols / 4u;
-    for (var k = 0u; k < nt; k++) {
+    for (var k = 0u; k < TILE; k++) {
+        if k >= nt {
+            break;
+        }
         let ia = (t0 + k) * row4 + w.ia;
         let ib = (t0 + k) * row4 + w.ib;
 #if ACCUMULATE

@@ -1,6 +1,7 @@
 //! `train-native`: the environments, tasks, calibration and evaluation that reinforcement
 //! learning of lilypad's coding agent runs on, natively on one machine.
 
+mod bench;
 mod calibrate;
 mod envs;
 mod eval;
@@ -61,6 +62,9 @@ enum Command {
     /// Ask the model, through the agent, for small features and changes in each project, and
     /// keep what its edits break in the tests as tasks ("FeatAdd" bugs).
     Featadd(FeatAddArgs),
+    /// Time one training step by part (forward, log-probabilities, backward, optimizer) with
+    /// a random LoRA adapter on every linear and random tokens.
+    BenchStep(bench::BenchStepArgs),
 }
 
 #[derive(Args)]
@@ -248,6 +252,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => eval_command(&ws, &args),
         Command::Calibrate(args) => calibrate_command(&ws, &args),
         Command::Featadd(args) => featadd_command(&ws, &args),
+        Command::BenchStep(args) => bench::bench_step(&args),
     }
 }
 

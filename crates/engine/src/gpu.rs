@@ -302,6 +302,13 @@ impl GpuContext {
         Ok(bytemuck::pod_collect_to_vec(&bytes[..(n * 4) as usize]))
     }
 
+    /// Whether shader loops are cut short on this adapter: llvmpipe (lavapipe) ends every loop
+    /// of an invocation after 65535 iterations in all, silently, so kernels that walk long
+    /// ranges split them (or refuse) on CPU adapters.
+    pub fn loops_limited(&self) -> bool {
+        self.adapter.device_type == "Cpu"
+    }
+
     /// Waits for submitted work (natively); used by benchmarks.
     pub fn wait(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]

@@ -506,6 +506,22 @@ impl Model {
         Ok(ids)
     }
 
+    /// Every linear a LoRA adapter can target: (GGUF weight name, outputs, inputs), in the
+    /// forward pass's order.
+    pub fn lora_targets(&mut self) -> Vec<(String, usize, usize)> {
+        self.arch
+            .linears_mut()
+            .iter()
+            .map(|l| {
+                (
+                    l.name().to_string(),
+                    l.weight.rows as usize,
+                    l.weight.cols as usize,
+                )
+            })
+            .collect()
+    }
+
     /// Puts a LoRA adapter on the model (`None` removes it): every linear it names adds
     /// scale · B·(A·x) to its output from the next step on, every other linear has none.
     /// An adapter whose padded ranks match the current one's is written into the existing

@@ -219,6 +219,53 @@ fn matvec_backward_matches_finite_differences() {
     }
 }
 
+/// A weight taller than one dispatch walks (CPU adapters cut a loop short after 65535
+/// iterations per invocation, silently): 9000 rows against the f64 transpose product.
+#[test]
+fn matvec_backward_walks_many_rows() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (t, rows, cols) = (11usize, 9000usize, 64usize);
+    for ty in [GgmlType::Q8_0, GgmlType::F32] {
+        let bytes = quantize(ty, &randn(&mut r, rows * cols, 1.0)).unwrap();
+        let mut deq = vec![0f32; rows * cols];
+        dequantize(ty, &bytes, &mut deq).unwrap();
+        let dy = randn(&mut r, t * rows, 1.0);
+        let weight =
+            GpuWeight::upload(&gpu.0, "w", ty, rows as u64, cols as u64, &bytes, None).unwrap();
+        let dx = gpu.zeros(t * cols);
+        let step = gpu.step_of(Step::new(t as u32, 0));
+        let ds = ops::matvec::matvec_backward(
+            &gpu.0,
+            &weight,
+            &gpu.upload(&dy),
+            &dx,
+            rows as u32,
+            &step,
+            false,
+        )
+        .unwrap();
+        assert!(ds.len() > 1, "more rows than one dispatch walks");
+        gpu.run(&ds, t);
+        let want: Vec<f64> = (0..t * cols)
+            .map(|i| {
+                let (tt, c) = (i / cols, i % cols);
+                (0..rows)
+                    .map(|j| deq[j * cols + c] as f64 * dy[tt * rows + j] as f64)
+                    .sum()
+            })
+            .collect();
+        let worst = assert_close(
+            &f64s(&gpu.read(&dx, t * cols)),
+            &want,
+            1e-4,
+            10.0,
+            &format!("{ty:?} dx"),
+        );
+        eprintln!("{ty:?} dx over {rows} rows: worst relative error {worst:.1e}");
+    }
+}
+
 #[test]
 fn matvec_backward_rejects_bad_shapes() {
     let gpu = gpu_or_skip!();
@@ -956,6 +1003,7 @@ fn attention_backward_matches_finite_differences() {
         hd as u32,
         scale as f32,
         ctx as u32,
+        t_n as u32,
         &step,
     )
     .unwrap();
@@ -1087,6 +1135,7 @@ fn gated_attention_backward_matches_finite_differences() {
             hd as u32,
             scale as f32,
             rows as u32,
+            t_n as u32,
             &step,
         )
         .unwrap(),
@@ -1314,6 +1363,33 @@ fn delta_net_backward_matches_finite_differences() {
     check_delta_net_backward(&gpu, &mut r, shape(2, 4, 12, 10), 37, None);
     // FrogNano's head sizes (128 × 128: a thread's whole column in registers), sampled.
     check_delta_net_backward(&gpu, &mut r, shape(1, 2, 128, 128), 5, Some(150));
+    // A CPU adapter would cut the loops of long steps short: they are refused, not garbage.
+    if gpu.0.loops_limited() {
+        let s = shape(1, 2, 128, 128);
+        let b = gpu.zeros(1 << 16);
+        let inputs = ops::delta_net::DeltaNetInputs {
+            qkv: &b,
+            alpha: &b,
+            beta: &b,
+            a: &b,
+            dt_bias: &b,
+        };
+        let big = gpu.zeros(s.backward_scratch_len(512) as usize);
+        let grads = ops::delta_net::DeltaNetGrads {
+            state_in: &b,
+            d_out: &b,
+            d_state: &b,
+            dqkv: &b,
+            d_alpha: &b,
+            d_beta: &b,
+            scratch: &big,
+        };
+        let step = gpu.step_of(Step::new(1, 0));
+        let err = ops::delta_net::delta_net_backward(&gpu.0, &inputs, &grads, s, 512, &step)
+            .err()
+            .expect("512-token steps refused on a CPU adapter");
+        assert!(err.to_string().contains("65535"), "{err}");
+    }
 }
 
 /// `sampled`: difference that many inputs of each kind instead of all of them.
@@ -1478,5 +1554,144 @@ fn adamw_matches_reference() {
         let got = gpu.read(&out, 3);
         let want: f64 = grad.iter().map(|&g| g as f64 * g as f64).sum();
         assert_close(&f64s(&got), &[5.0, want, 5.0], 1e-5, 1.0, "sum of squares");
+    }
+}
+
+/// dq, dK and dV of [`attention_f64`] by the chain rule, in f64.
+fn attention_grads_f64(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    d_o: &[f64],
+    (heads, kv_heads, hd): (usize, usize, usize),
+    pos0: usize,
+    scale: f64,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (out, lse) = attention_f64(q, k, v, (heads, kv_heads, hd), pos0, scale);
+    let t_n = q.len() / (heads * hd);
+    let (mut dq, mut dk, mut dv) = (
+        vec![0f64; q.len()],
+        vec![0f64; k.len()],
+        vec![0f64; v.len()],
+    );
+    for t in 0..t_n {
+        for h in 0..heads {
+            let g = h / (heads / kv_heads);
+            let at = (t * heads + h) * hd;
+            let delta = dot(&d_o[at..at + hd], &out[at..at + hd]);
+            for j in 0..=pos0 + t {
+                let kb = (j * kv_heads + g) * hd;
+                let p = (scale * dot(&q[at..at + hd], &k[kb..kb + hd]) - lse[t * heads + h]).exp();
+                let ds = p * (dot(&d_o[at..at + hd], &v[kb..kb + hd]) - delta);
+                for d in 0..hd {
+                    dq[at + d] += scale * ds * k[kb + d];
+                    dk[kb + d] += scale * ds * q[at + d];
+                    dv[kb + d] += p * d_o[at + d];
+                }
+            }
+        }
+    }
+    (dq, dk, dv)
+}
+
+/// Past what one dispatch covers: 130 query tokens at positions 400.. of 64-wide heads, four
+/// per KV head, so both dq's positions and dK/dV's query tokens come in several blocks (CPU
+/// adapters cut a loop short after 65535 iterations per invocation, silently). Against the f64
+/// chain rule, itself checked against differences at a sample.
+#[test]
+fn attention_backward_covers_long_contexts() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (heads, kv_heads, hd, t_n, pos0) = (8usize, 2usize, 64usize, 130usize, 400usize);
+    let shape = (heads, kv_heads, hd);
+    let scale = 1.0 / (hd as f64).sqrt();
+    let rows = pos0 + t_n;
+    let q = randn(&mut r, t_n * heads * hd, 1.0);
+    let k = randn(&mut r, rows * kv_heads * hd, 1.0);
+    let v = randn(&mut r, rows * kv_heads * hd, 1.0);
+    let d_o = randn(&mut r, t_n * heads * hd, 1.0);
+    let (q64, k64, v64, do64) = (f64s(&q), f64s(&k), f64s(&v), f64s(&d_o));
+    let (dq_ref, dk_ref, dv_ref) = attention_grads_f64(&q64, &k64, &v64, &do64, shape, pos0, scale);
+    let loss = |q: &[f64], k: &[f64]| dot(&attention_f64(q, k, &v64, shape, pos0, scale).0, &do64);
+    let at_q = sample(&mut r, q.len(), 6);
+    let at_k = sample(&mut r, k.len(), 6);
+    let fd_q = finite_differences(|x| loss(x, &k64), &q64, &at_q);
+    let fd_k = finite_differences(|x| loss(&q64, x), &k64, &at_k);
+    let pick = |v: &[f64], at: &[usize]| at.iter().map(|&i| v[i]).collect::<Vec<_>>();
+    assert_close(
+        &pick(&dq_ref, &at_q),
+        &fd_q,
+        1e-5,
+        0.05,
+        "reference dq vs differences",
+    );
+    assert_close(
+        &pick(&dk_ref, &at_k),
+        &fd_k,
+        1e-5,
+        0.05,
+        "reference dk vs differences",
+    );
+
+    let (out, lse) = attention_f64(&q64, &k64, &v64, shape, pos0, scale);
+    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let (dq, dk, dv, delta) = (
+        gpu.zeros(q.len()),
+        gpu.zeros(k.len()),
+        gpu.zeros(v.len()),
+        gpu.zeros(t_n * heads),
+    );
+    let (bq, bk, bv, bo, blse, bdo) = (
+        gpu.upload(&q),
+        gpu.upload(&k),
+        gpu.upload(&v),
+        gpu.upload(&to32(&out)),
+        gpu.upload(&to32(&lse)),
+        gpu.upload(&d_o),
+    );
+    let grads = ops::attention::AttentionGrads {
+        q: &bq,
+        k: &bk,
+        v: &bv,
+        o: Some(&bo),
+        lse: &blse,
+        d_o: &bdo,
+        delta: &delta,
+        dq: &dq,
+        dk: &dk,
+        dv: &dv,
+    };
+    let step = gpu.step_of(Step::new(t_n as u32, pos0 as u32));
+    let ds = ops::attention::attention_backward(
+        &gpu.0,
+        &grads,
+        heads as u32,
+        kv_heads as u32,
+        hd as u32,
+        scale as f32,
+        rows as u32,
+        t_n as u32,
+        &step,
+    )
+    .unwrap();
+    assert!(
+        ds.len() >= 4,
+        "positions and tokens each in more than one block: {}",
+        ds.len()
+    );
+    gpu.run(&ds, t_n);
+    for (what, buf, want) in [
+        ("dq", &dq, &dq_ref),
+        ("dk", &dk, &dk_ref),
+        ("dv", &dv, &dv_ref),
+    ] {
+        let worst = assert_close(
+            &f64s(&gpu.read(buf, want.len())),
+            want,
+            1e-4,
+            0.05,
+            &format!("long attention {what}"),
+        );
+        eprintln!("long attention {what}: worst relative error {worst:.1e}");
     }
 }

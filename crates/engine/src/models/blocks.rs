@@ -334,7 +334,15 @@ impl Attention {
         };
         let scale = 1.0 / (hd as f32).sqrt();
         for d in ops::attention::attention_backward(
-            g.ctx, &grads, n_head, n_kv, hd, scale, context, g.step,
+            g.ctx,
+            &grads,
+            n_head,
+            n_kv,
+            hd,
+            scale,
+            context,
+            g.max_tokens,
+            g.step,
         )? {
             g.push(d);
         }

@@ -138,10 +138,11 @@ pub struct AttentionGrads<'a> {
     pub dv: &'a wgpu::Buffer,
 }
 
-/// The gradients of [`attention_saving`] for a step of one sequence: dq for the step's
-/// queries, and the step's share of dK and dV for every cache row it saw (rows of earlier
-/// steps too), added to `dk`/`dv`. `ctx_rows`: rows per sequence in the caches (bounds the
-/// positions covered). Two dispatches, in order.
+/// The gradients of [`attention_saving`] for a step of one sequence of at most `max_tokens`
+/// tokens: dq for the step's queries, and the step's share of dK and dV for every cache row
+/// it saw (rows of earlier steps too), added to `dk`/`dv`. `ctx_rows`: rows per sequence in
+/// the caches (bounds the positions covered). Dispatches in order: blocks of positions for
+/// dq, then blocks of query tokens for dk and dv.
 pub fn attention_backward(
     ctx: &GpuContext,
     b: &AttentionGrads,
@@ -150,6 +151,7 @@ pub fn attention_backward(
     head_dim: u32,
     scale: f32,
     ctx_rows: u32,
+    max_tokens: u32,
     step: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>> {
     if head_dim == 0 || head_dim > 256 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
@@ -162,41 +164,52 @@ pub fn attention_backward(
     if b.o.is_none() {
         macros = macros.flag("DELTA_GIVEN");
     }
-    let p = params(
-        ctx,
-        "attention_backward",
-        &[n_head, n_kv, head_dim, scale.to_bits()],
-    );
     let dq = ctx.pipeline("attention_backward.wgsl", "attention_backward_dq", &macros)?;
     let dkv = ctx.pipeline("attention_backward.wgsl", "attention_backward_dkv", &macros)?;
-    Ok(vec![
-        Dispatch::with_bindings(
+    // Loop steps per position (dq) and per query token (dk, dv), against CPU adapters' 65535
+    // per invocation.
+    let group = n_head / n_kv;
+    let positions = (LOOP_BUDGET / (3 * head_dim + 2)).max(1);
+    let tokens = (LOOP_BUDGET / (group * (2 * head_dim + 2))).max(1);
+    let params_for = |begin: u32, end: u32| {
+        params(
+            ctx,
+            "attention_backward",
+            &[n_head, n_kv, head_dim, scale.to_bits(), begin, end],
+        )
+    };
+    let mut out = Vec::new();
+    for begin in (0..ctx_rows.max(1)).step_by(positions as usize) {
+        let p = params_for(begin, begin + positions);
+        let mut bindings = vec![
+            (0, bind(b.q)),
+            (1, bind(b.k)),
+            (2, bind(b.v)),
+            (4, bind(b.d_o)),
+            (5, bind(b.lse)),
+            (6, bind(b.delta)),
+            (7, bind(b.dq)),
+            (10, bind(&p)),
+            (11, bind(step)),
+        ];
+        bindings.extend(b.o.map(|o| (3, bind(o))));
+        out.push(Dispatch::with_bindings(
             ctx,
             "attention_backward_dq",
-            dq,
-            &[
-                (0, bind(b.q)),
-                (1, bind(b.k)),
-                (2, bind(b.v)),
-                (4, bind(b.d_o)),
-                (5, bind(b.lse)),
-                (6, bind(b.delta)),
-                (7, bind(b.dq)),
-                (10, bind(&p)),
-                (11, bind(step)),
-            ]
-            .into_iter()
-            .chain(b.o.map(|o| (3, bind(o))))
-            .collect::<Vec<_>>(),
+            dq.clone(),
+            &bindings,
             Grid::PerTokens {
                 x: n_head.div_ceil(WG),
                 per_y: 1,
             },
-        ),
-        Dispatch::with_bindings(
+        ));
+    }
+    for begin in (0..max_tokens.max(1)).step_by(tokens as usize) {
+        let p = params_for(begin, begin + tokens);
+        out.push(Dispatch::with_bindings(
             ctx,
             "attention_backward_dkv",
-            dkv,
+            dkv.clone(),
             &[
                 (0, bind(b.q)),
                 (1, bind(b.k)),
@@ -210,6 +223,11 @@ pub fn attention_backward(
                 (11, bind(step)),
             ],
             Grid::Fixed([ctx_rows.div_ceil(WG), n_kv, 1]),
-        ),
-    ])
+        ));
+    }
+    Ok(out)
 }
+
+/// Loop steps one invocation may take: CPU adapters (llvmpipe) end a shader's loops after 65535
+/// in all, silently, so kernels that walk long ranges split them across dispatches.
+const LOOP_BUDGET: u32 = 60_000;

@@ -331,6 +331,21 @@ pub fn delta_net_backward(
             ),
         });
     }
+    // Loop steps of one invocation over a step (the replays, and per token the backward's
+    // loops over d_k and the sums over columns), against CPU adapters' 65535.
+    let per_token = 11 * s.d_k as u64
+        + (s.d_k as u64).div_ceil(8) * (8 + BACKWARD_WG as u64)
+        + 2 * BACKWARD_WG as u64;
+    if ctx.loops_limited() && per_token * max_tokens as u64 > 60_000 {
+        return Err(EngineError::Shape {
+            op: "delta_net_backward",
+            detail: format!(
+                "steps of {max_tokens} tokens with d_k {}: a CPU adapter ends a shader's loops after 65535 iterations; use steps of at most {} tokens",
+                s.d_k,
+                60_000 / per_token
+            ),
+        });
+    }
     let [tokens, dqk, gates, end] = s.backward_scratch_offsets(max_tokens);
     if grads.scratch.size() < end * 4 || end > u32::MAX as u64 {
         return Err(EngineError::Shape {

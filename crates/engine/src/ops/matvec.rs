@@ -215,11 +215,15 @@ pub fn matvec_with(
 
 /// Tokens per thread of [`matvec_backward`]: each decoded weight unit serves this many.
 const BACKWARD_TILE: u32 = 8;
+/// Rows one [`matvec_backward`] dispatch walks: CPU adapters end a loop after 65535 iterations
+/// per invocation (llvmpipe), and a thread walks its rows with up to `BACKWARD_TILE` + 1 loop
+/// steps each.
+pub const BACKWARD_ROWS: u32 = 4096;
 
 /// dx[t, c] (+)= Σ_j W[j, c] · dy[t, j] for the step's tokens: the input gradient of
 /// [`matvec`] for a frozen weight, decoded from its blocks as the forward decodes them.
 /// Shapes: dy [T, dy_stride] with W.rows ≤ dy_stride, dx [T, W.cols]. One dispatch per
-/// weight chunk; every chunk after the first adds to dx.
+/// [`BACKWARD_ROWS`] rows of each weight chunk; every dispatch after the first adds to dx.
 pub fn matvec_backward(
     ctx: &GpuContext,
     w: &GpuWeight,
@@ -248,18 +252,21 @@ pub fn matvec_backward(
         "matvec_backward",
         &base.flag("ACCUMULATE"),
     )?;
-    w.chunks
-        .iter()
-        .filter(|c| c.rows > 0)
-        .enumerate()
-        .map(|(i, c)| {
+    let mut out = Vec::new();
+    for c in w.chunks.iter().filter(|c| c.rows > 0) {
+        for row_begin in (0..c.rows).step_by(BACKWARD_ROWS as usize) {
+            let row_end = (row_begin + BACKWARD_ROWS).min(c.rows);
             let p = params(
                 ctx,
                 "matvec_backward",
-                &[c.rows, w.cols as u32, c.row_start, dy_stride],
+                &[row_begin, row_end, w.cols as u32, c.row_start, dy_stride],
             );
-            let pipeline = if accumulate || i > 0 { &add } else { &set };
-            Ok(Dispatch::with_bindings(
+            let pipeline = if accumulate || !out.is_empty() {
+                &add
+            } else {
+                &set
+            };
+            out.push(Dispatch::with_bindings(
                 ctx,
                 "matvec_backward",
                 pipeline.clone(),
@@ -275,7 +282,8 @@ pub fn matvec_backward(
                     x: (w.cols as u32 / 8).div_ceil(WG),
                     per_y: BACKWARD_TILE,
                 },
-            ))
-        })
-        .collect()
+            ));
+        }
+    }
+    Ok(out)
 }
