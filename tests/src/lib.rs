@@ -24,10 +24,12 @@ pub fn peft_adapter(dir: &std::path::Path, base: &GgufFile) -> lilypad_gguf::pef
 }
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 /// The test model (fetched by `scripts/fetch-model.sh`).

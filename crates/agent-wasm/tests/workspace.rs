@@ -13,7 +13,8 @@ fn roman() -> Workspace {
         .map(|f| {
             let data = std::fs::read(format!(
                 "{}/../../examples/roman/{f}",
-                env!("CARGO_MANIFEST_DIR")
+                std::env::var("CARGO_MANIFEST_DIR")
+                    .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into())
             ))
             .unwrap();
             (format!("roman/{f}"), data)

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::future::Future;
-use std::path::Path;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
@@ -15,9 +15,11 @@ use lilypad_agent::{
 };
 
 fn example(name: &str) -> VirtualRepo {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples")
-        .join(name);
+    let dir = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../examples")
+    .join(name);
     import_dir("/repo", &dir, ImportLimits::default()).expect("example imports")
 }
 
@@ -424,7 +426,10 @@ fn scripted_model_fixes_a_real_repository_with_real_pytest() {
     };
     let dir = std::env::temp_dir().join(format!("lilypad-agent-native-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/roman");
+    let src = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../examples/roman");
     std::fs::create_dir_all(&dir).unwrap();
     for name in ["roman.py", "test_roman.py"] {
         std::fs::copy(src.join(name), dir.join(name)).unwrap();

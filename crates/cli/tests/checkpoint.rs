@@ -10,7 +10,10 @@ use std::process::Output;
 use common::{lilypad, text};
 
 fn fixture() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/qwen/qwen35-tiny")
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../tests/fixtures/qwen/qwen35-tiny")
 }
 
 fn stdout(o: &Output) -> String {

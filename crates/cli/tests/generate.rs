@@ -8,10 +8,12 @@ use std::path::PathBuf;
 use common::{lilypad, text};
 
 fn model() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/qwen/qwen3-tiny/model.gguf")
-        .to_string_lossy()
-        .into_owned()
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../tests/fixtures/qwen/qwen3-tiny/model.gguf")
+    .to_string_lossy()
+    .into_owned()
 }
 
 fn generate(extra: &[&str]) -> std::process::Output {

@@ -13,9 +13,11 @@ use lilypad_gguf::peft::LoraAdapter;
 use lilypad_gguf::{GgufFile, MmapSource};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/lora")
-        .join(name)
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../tests/fixtures/lora")
+    .join(name)
 }
 
 const TEXT: &str = "fix the bug in main.py, then run the tests";

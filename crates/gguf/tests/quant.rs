@@ -405,7 +405,7 @@ struct KFixture {
 fn k_fixture(ty: GgmlType) -> KFixture {
     let path = format!(
         "{}/tests/fixtures/{}.bin",
-        env!("CARGO_MANIFEST_DIR"),
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
         ty.name().to_lowercase()
     );
     let b = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -18,8 +18,10 @@ impl ByteSource for RangesOnly<'_> {
 }
 
 fn model_path() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+    .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if path.exists() {
         Some(path)
     } else {

@@ -87,9 +87,12 @@ mod tests {
     use super::*;
 
     fn fixture(path: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures/lora")
-            .join(path)
+        PathBuf::from(
+            std::env::var("CARGO_MANIFEST_DIR")
+                .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+        )
+        .join("../../tests/fixtures/lora")
+        .join(path)
     }
 
     fn read(path: &str) -> Vec<u8> {
