@@ -138,3 +138,29 @@ fn gradients_refuse_what_they_cannot_use() {
     let err = pollster::block_on(model.lora_gradients(&ckpt, &tokens, &[1.0; 5])).unwrap_err();
     assert!(err.to_string().contains("ActivationMode::Keep"), "{err}");
 }
+
+/// What a training plan says the backward pass allocates is what it allocates, for each
+/// architecture (attention, QK-norm, gated attention and DeltaNet layers).
+#[test]
+fn backward_plan_matches_allocation() {
+    use lilypad_engine::backward::BackwardBuffers;
+    for name in ["llama-tiny", "qwen3-tiny", "qwen35-tiny"] {
+        let dir = repo_root().join("tests/fixtures/lora").join(name);
+        let gguf = match name {
+            "llama-tiny" => dir.join("model/model.gguf"),
+            _ => qwen::fixture_dir(name).join("model.gguf"),
+        };
+        let src = MmapSource::open(gguf).unwrap();
+        let file = GgufFile::read(&src).unwrap();
+        let Some(model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
+            return;
+        };
+        let shape = model.config.activation_shape();
+        let vocab = model.config.vocab();
+        let made = BackwardBuffers::new(model.gpu(), &shape, vocab, 8, 32, 16, Default::default())
+            .unwrap()
+            .bytes();
+        let planned = BackwardBuffers::planned_bytes(&shape, vocab, 8, 32, 16);
+        assert_eq!(made, planned, "{name}");
+    }
+}

@@ -20,7 +20,9 @@ use std::collections::HashMap;
 
 use lilypad_gguf::peft::LoraTensor;
 
-use crate::activations::{ActivationMode, ActivationStore, LayerActivations, LayerKind};
+use crate::activations::{
+    ActivationMode, ActivationShape, ActivationStore, LayerActivations, LayerKind,
+};
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::graph::{Graph, Write};
@@ -51,8 +53,9 @@ pub struct BackwardBuffers {
     pub dk: Tensor,
     pub dk_raw: Tensor,
     pub dv: Tensor,
-    /// Per layer, ∂L/∂K and ∂L/∂V in the caches' layout (one sequence's rows).
-    pub kv: Vec<(Tensor, Tensor)>,
+    /// Per attention layer (None for others), ∂L/∂K and ∂L/∂V in the caches' layout (one
+    /// sequence's rows).
+    pub kv: Vec<Option<(Tensor, Tensor)>>,
     /// The MLP: ∂L/∂(down's input), ∂L/∂gate, ∂L/∂up [T, n_ff].
     pub d_act: Tensor,
     pub d_gate: Tensor,
@@ -61,11 +64,199 @@ pub struct BackwardBuffers {
     pub dqg: Option<Tensor>,
     /// Qwen3.5's DeltaNet layers.
     pub delta_net: Option<DeltaBuffers>,
+    /// The step's logits and their gradient [T, vocab], and the loss's targets and weights.
+    pub logits: Tensor,
+    pub d_logits: Tensor,
+    pub targets: wgpu::Buffer,
+    pub coef: Tensor,
     /// LoRA: A·x and its gradient [T, largest padded rank].
     pub lora_x: Option<(Tensor, Tensor)>,
     /// Per adapted linear (by weight name), ∂L/∂A [padded rank, n_in] and ∂L/∂B [n_out,
     /// padded rank], summed over the steps.
     pub lora: HashMap<String, (Tensor, Tensor)>,
+}
+
+impl BackwardBuffers {
+    /// The buffers for steps of up to `t_max` tokens of a model of `shape` whose caches hold
+    /// `context` positions per sequence.
+    pub fn new(
+        ctx: &GpuContext,
+        shape: &ActivationShape,
+        vocab: u32,
+        t_max: u32,
+        context: u32,
+        max_rank: u32,
+        lora: HashMap<String, (Tensor, Tensor)>,
+    ) -> Result<Self> {
+        let a = &shape.attention;
+        let z = |label, cols| Tensor::zeros(ctx, label, [t_max, cols]);
+        let kv = shape
+            .layers
+            .iter()
+            .map(|k| match k {
+                LayerKind::Attention => Ok(Some((
+                    Tensor::zeros(ctx, "dK cache", [context, a.kv_dim()])?,
+                    Tensor::zeros(ctx, "dV cache", [context, a.kv_dim()])?,
+                ))),
+                LayerKind::DeltaNet => Ok(None),
+            })
+            .collect::<Result<_>>()?;
+        let delta_net = match &shape.delta {
+            Some(d) => {
+                let (value, channels) = (d.n_v * d.d_v, d.qkv_len() as u32);
+                let conv_state = [shape.conv_taps - 1, channels];
+                let carried = shape
+                    .layers
+                    .iter()
+                    .map(|k| match k {
+                        LayerKind::DeltaNet => Ok(Some((
+                            Tensor::zeros(ctx, "d delta state", [d.n_v, d.d_k * d.d_v])?,
+                            [
+                                Tensor::zeros(ctx, "d conv state", conv_state)?,
+                                Tensor::zeros(ctx, "d conv state", conv_state)?,
+                            ],
+                        ))),
+                        LayerKind::Attention => Ok(None),
+                    })
+                    .collect::<Result<_>>()?;
+                Some(DeltaBuffers {
+                    d_normed: z("d delta normed", value)?,
+                    d_o: z("d delta out", value)?,
+                    dz: z("d delta gate", value)?,
+                    dqkv: z("d qkv", channels)?,
+                    dqkv_raw: z("d qkv raw", channels)?,
+                    d_alpha: z("d alpha", d.n_v)?,
+                    d_beta: z("d beta", d.n_v)?,
+                    scratch: ctx.storage_buffer(
+                        "delta backward scratch",
+                        d.backward_scratch_len(t_max) * 4,
+                        wgpu::BufferUsages::empty(),
+                    )?,
+                    conv_zeros: Tensor::zeros(ctx, "conv start", conv_state)?,
+                    carried,
+                })
+            }
+            None => None,
+        };
+        Ok(Self {
+            g: z("d residual", shape.n_embd)?,
+            d_norm: z("d normed", shape.n_embd)?,
+            d_att: z("d attention out", a.q_dim())?,
+            dq: z("dq", a.q_dim())?,
+            dq_raw: z("dq raw", a.q_dim())?,
+            delta: z("attention delta", a.n_head)?,
+            dk: z("dk", a.kv_dim())?,
+            dk_raw: z("dk raw", a.kv_dim())?,
+            dv: z("dv", a.kv_dim())?,
+            kv,
+            d_act: z("d act", shape.n_ff)?,
+            d_gate: z("d gate", shape.n_ff)?,
+            d_up: z("d up", shape.n_ff)?,
+            dqg: match a.gated {
+                true => Some(z("dqg", 2 * a.q_dim())?),
+                false => None,
+            },
+            delta_net,
+            logits: z("logits", vocab)?,
+            d_logits: z("d logits", vocab)?,
+            targets: ctx.storage_buffer(
+                "targets",
+                t_max as u64 * 4,
+                wgpu::BufferUsages::empty(),
+            )?,
+            coef: z("loss weights", 1)?,
+            lora_x: Some((z("lora u", max_rank)?, z("lora du", max_rank)?)),
+            lora,
+        })
+    }
+
+    /// Bytes of every buffer [`BackwardBuffers::new`] makes (the gradients in `lora` are the
+    /// caller's and not counted).
+    pub fn bytes(&self) -> u64 {
+        let mut t = vec![
+            &self.g,
+            &self.d_norm,
+            &self.d_att,
+            &self.dq,
+            &self.dq_raw,
+            &self.delta,
+            &self.dk,
+            &self.dk_raw,
+            &self.dv,
+            &self.d_act,
+            &self.d_gate,
+            &self.d_up,
+            &self.logits,
+            &self.d_logits,
+            &self.coef,
+        ];
+        t.extend(self.kv.iter().flatten().flat_map(|(k, v)| [k, v]));
+        t.extend(&self.dqg);
+        t.extend(self.lora_x.iter().flat_map(|(u, du)| [u, du]));
+        let mut bytes = self.targets.size() + t.iter().map(|t| t.bytes()).sum::<u64>();
+        if let Some(d) = &self.delta_net {
+            let mut t = vec![
+                &d.d_normed,
+                &d.d_o,
+                &d.dz,
+                &d.dqkv,
+                &d.dqkv_raw,
+                &d.d_alpha,
+                &d.d_beta,
+                &d.conv_zeros,
+            ];
+            t.extend(
+                d.carried
+                    .iter()
+                    .flatten()
+                    .flat_map(|(s, [c0, c1])| [s, c0, c1]),
+            );
+            bytes += d.scratch.size() + t.iter().map(|t| t.bytes()).sum::<u64>();
+        }
+        bytes
+    }
+
+    /// What [`BackwardBuffers::new`] will allocate, without a GPU: a training plan's share for
+    /// the backward pass.
+    pub fn planned_bytes(
+        shape: &ActivationShape,
+        vocab: u32,
+        t_max: u32,
+        context: u32,
+        max_rank: u32,
+    ) -> u64 {
+        let a = &shape.attention;
+        let rows = |cols: u32| t_max as u64 * cols as u64 * 4;
+        let attention_layers = shape
+            .layers
+            .iter()
+            .filter(|k| **k == LayerKind::Attention)
+            .count() as u64;
+        let mut bytes = 2 * rows(shape.n_embd)
+            + 3 * rows(a.q_dim())
+            + rows(a.n_head)
+            + 3 * rows(a.kv_dim())
+            + 3 * rows(shape.n_ff)
+            + 2 * rows(vocab)
+            + 2 * rows(1)
+            + 2 * rows(max_rank)
+            + attention_layers * 2 * context as u64 * a.kv_dim() as u64 * 4;
+        if a.gated {
+            bytes += rows(2 * a.q_dim());
+        }
+        if let Some(d) = &shape.delta {
+            let (value, channels) = (d.n_v * d.d_v, d.qkv_len() as u32);
+            let conv_state = (shape.conv_taps as u64 - 1) * channels as u64 * 4;
+            let delta_layers = shape.layers.len() as u64 - attention_layers;
+            bytes += 3 * rows(value)
+                + 2 * rows(channels)
+                + 2 * rows(d.n_v)
+                + d.backward_scratch_len(t_max) * 4
+                + conv_state
+                + delta_layers * (d.state_len() * 4 + 2 * conv_state);
+        }
+        bytes
+    }
 }
 
 /// What a DeltaNet layer's backward uses besides [`BackwardBuffers`]' shared tensors.
@@ -433,8 +624,6 @@ impl Model {
         let ctx = self.gpu().clone();
         let t_max = fwd.step_tokens;
         let shape = self.config.activation_shape();
-        let a = &shape.attention;
-        let z = |label, cols| Tensor::zeros(&ctx, label, [t_max, cols]);
         for l in self.arch.linears_mut() {
             let fits = match (&l.lora, grads.tensors.get(l.name())) {
                 (None, None) => true,
@@ -451,79 +640,15 @@ impl Model {
                 )));
             }
         }
-        let max_rank = grads.max_rank;
-        let b = BackwardBuffers {
-            g: z("d residual", shape.n_embd)?,
-            d_norm: z("d normed", shape.n_embd)?,
-            d_att: z("d attention out", a.q_dim())?,
-            dq: z("dq", a.q_dim())?,
-            dq_raw: z("dq raw", a.q_dim())?,
-            delta: z("attention delta", a.n_head)?,
-            dk: z("dk", a.kv_dim())?,
-            dk_raw: z("dk raw", a.kv_dim())?,
-            dv: z("dv", a.kv_dim())?,
-            kv: shape
-                .layers
-                .iter()
-                .map(|_| {
-                    Ok((
-                        Tensor::zeros(&ctx, "dK cache", [self.context, a.kv_dim()])?,
-                        Tensor::zeros(&ctx, "dV cache", [self.context, a.kv_dim()])?,
-                    ))
-                })
-                .collect::<Result<_>>()?,
-            d_act: z("d act", shape.n_ff)?,
-            d_gate: z("d gate", shape.n_ff)?,
-            d_up: z("d up", shape.n_ff)?,
-            dqg: match a.gated {
-                true => Some(z("dqg", 2 * a.q_dim())?),
-                false => None,
-            },
-            delta_net: match &shape.delta {
-                Some(d) => {
-                    let (value, channels) = (d.n_v * d.d_v, d.qkv_len() as u32);
-                    let conv_state = [shape.conv_taps - 1, channels];
-                    let carried = shape
-                        .layers
-                        .iter()
-                        .map(|k| match k {
-                            LayerKind::DeltaNet => Ok(Some((
-                                Tensor::zeros(&ctx, "d delta state", [d.n_v, d.d_k * d.d_v])?,
-                                [
-                                    Tensor::zeros(&ctx, "d conv state", conv_state)?,
-                                    Tensor::zeros(&ctx, "d conv state", conv_state)?,
-                                ],
-                            ))),
-                            LayerKind::Attention => Ok(None),
-                        })
-                        .collect::<Result<_>>()?;
-                    Some(DeltaBuffers {
-                        d_normed: z("d delta normed", value)?,
-                        d_o: z("d delta out", value)?,
-                        dz: z("d delta gate", value)?,
-                        dqkv: z("d qkv", channels)?,
-                        dqkv_raw: z("d qkv raw", channels)?,
-                        d_alpha: z("d alpha", d.n_v)?,
-                        d_beta: z("d beta", d.n_v)?,
-                        scratch: ctx.storage_buffer(
-                            "delta backward scratch",
-                            d.backward_scratch_len(t_max) * 4,
-                            wgpu::BufferUsages::empty(),
-                        )?,
-                        conv_zeros: Tensor::zeros(&ctx, "conv start", conv_state)?,
-                        carried,
-                    })
-                }
-                None => None,
-            },
-            lora_x: Some((z("lora u", max_rank)?, z("lora du", max_rank)?)),
-            lora: grads.tensors.clone(),
-        };
-        let logits = z("logits", vocab)?;
-        let d_logits = z("d logits", vocab)?;
-        let step_targets =
-            ctx.storage_buffer("targets", t_max as u64 * 4, wgpu::BufferUsages::empty())?;
-        let step_coef = z("loss weights", 1)?;
+        let b = BackwardBuffers::new(
+            &ctx,
+            &shape,
+            vocab,
+            t_max,
+            self.context,
+            grads.max_rank,
+            grads.tensors.clone(),
+        )?;
         let n_layers = shape.layers.len();
         for s in (0..fwd.steps.len()).rev() {
             let start = s * t_max as usize;
@@ -535,21 +660,13 @@ impl Model {
             tg.resize(t_max as usize, 0);
             cf.resize(t_max as usize, 0.0);
             ctx.queue
-                .write_buffer(&step_targets, 0, bytemuck::cast_slice(&tg));
+                .write_buffer(&b.targets, 0, bytemuck::cast_slice(&tg));
             ctx.queue
-                .write_buffer(&step_coef.buffer, 0, bytemuck::cast_slice(&cf));
+                .write_buffer(&b.coef.buffer, 0, bytemuck::cast_slice(&cf));
             let head = {
                 let io = self.graph_io();
                 let mut g = Graph::new(&io, t_max);
-                self.record_head_backward(
-                    &mut g,
-                    store,
-                    &logits,
-                    &d_logits,
-                    &step_targets,
-                    &step_coef,
-                    &b,
-                )?;
+                self.record_head_backward(&mut g, store, &b)?;
                 g.dispatches
             };
             run(&ctx, &head, (end - start) as u32);
@@ -613,12 +730,9 @@ impl Model {
         &self,
         g: &mut Graph,
         store: &ActivationStore,
-        logits: &Tensor,
-        d_logits: &Tensor,
-        targets: &wgpu::Buffer,
-        coef: &Tensor,
         b: &BackwardBuffers,
     ) -> Result<()> {
+        let (logits, d_logits, targets, coef) = (&b.logits, &b.d_logits, &b.targets, &b.coef);
         self.record_logits(g, store, logits)?;
         let x = &store.layers[store.layers.len() - 1].x;
         let (norm, rstd) = (self.arch.output_norm(), store.hidden_rstd.as_ref());

@@ -269,7 +269,9 @@ impl Forward for Llama {
     ) -> Result<()> {
         let (attention, mlp) = &self.layers[i];
         mlp.record_backward(g, l, b)?;
-        let kv = &b.kv[i];
+        let kv = b.kv[i].as_ref().ok_or_else(|| {
+            EngineError::Config("no key/value gradient buffers for an attention layer".into())
+        })?;
         attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
     }
 

@@ -678,7 +678,11 @@ impl Forward for Qwen35 {
         mlp.record_backward(g, l, b)?;
         match mixer {
             Mixer::Attention(attention) => {
-                let kv = &b.kv[i];
+                let kv = b.kv[i].as_ref().ok_or_else(|| {
+                    EngineError::Config(
+                        "no key/value gradient buffers for an attention layer".into(),
+                    )
+                })?;
                 attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
             }
             Mixer::DeltaNet(delta) => delta.record_backward(g, &self.cfg, l, b, pos, i),
