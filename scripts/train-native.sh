@@ -14,7 +14,7 @@ source scripts/env.sh
 scripts/setup-system.sh
 args=("$@")
 case "${1:-}" in
-  calibrate|eval|featadd|bench-step)
+  calibrate|eval|featadd|bench-step|plan)
     if [[ " $* " != *" --model "* && " $* " != *" -m "* ]]; then
       args+=(--model "$(scripts/fetch-model.sh)")
     fi

@@ -164,3 +164,23 @@ fn backward_plan_matches_allocation() {
         assert_eq!(made, planned, "{name}");
     }
 }
+
+/// The configuration lists the same LoRA targets, with the same shapes, as the loaded model.
+#[test]
+fn config_lists_the_models_lora_targets() {
+    for name in ["llama-tiny", "qwen3-tiny", "qwen35-tiny"] {
+        let dir = repo_root().join("tests/fixtures/lora").join(name);
+        let gguf = match name {
+            "llama-tiny" => dir.join("model/model.gguf"),
+            _ => qwen::fixture_dir(name).join("model.gguf"),
+        };
+        let src = MmapSource::open(gguf).unwrap();
+        let file = GgufFile::read(&src).unwrap();
+        let Some(mut model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
+            return;
+        };
+        let from_config = model.config.lora_targets();
+        assert!(!from_config.is_empty());
+        assert_eq!(from_config, model.lora_targets(), "{name}");
+    }
+}

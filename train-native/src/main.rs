@@ -11,6 +11,7 @@ mod featadd;
 mod grpo;
 mod manifest;
 mod mutate;
+mod plan;
 mod plot;
 mod pytest;
 mod rollout;
@@ -65,6 +66,9 @@ enum Command {
     /// Time one training step by part (forward, log-probabilities, backward, optimizer) with
     /// a random LoRA adapter on every linear and random tokens.
     BenchStep(bench::BenchStepArgs),
+    /// The GPU memory a training configuration needs (model, kept activations, adapter with
+    /// gradient and AdamW moments, backward buffers), from the GGUF header alone.
+    Plan(plan::PlanArgs),
 }
 
 #[derive(Args)]
@@ -253,6 +257,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Calibrate(args) => calibrate_command(&ws, &args),
         Command::Featadd(args) => featadd_command(&ws, &args),
         Command::BenchStep(args) => bench::bench_step(&args),
+        Command::Plan(args) => plan::plan_command(&args),
     }
 }
 

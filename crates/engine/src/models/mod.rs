@@ -152,6 +152,33 @@ impl ModelConfig {
         }
     }
 
+    /// Every linear a LoRA adapter can target: (GGUF weight name, outputs, inputs), the list
+    /// [`crate::Model::lora_targets`] gives once loaded, read from the configuration alone.
+    pub fn lora_targets(&self) -> Vec<(String, usize, usize)> {
+        const LINEARS: [&str; 12] = [
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+            "attn_qkv",
+            "attn_gate",
+            "ssm_alpha",
+            "ssm_beta",
+            "ssm_out",
+        ];
+        self.tensor_shapes()
+            .into_iter()
+            .filter(|(name, _)| {
+                let stem = name.strip_suffix(".weight").unwrap_or("");
+                LINEARS.iter().any(|l| stem.ends_with(&format!(".{l}")))
+            })
+            .map(|(name, [rows, cols])| (name, rows as usize, cols as usize))
+            .collect()
+    }
+
     /// What the model will occupy on the GPU at `context` positions and `max_batch`-token
     /// steps (`mtp`: with Qwen3.5's multi-token-prediction layers uploaded).
     pub fn memory_plan(
