@@ -96,7 +96,7 @@ pub struct LayerActivations {
     pub x: Tensor,
     /// Keep and Checkpoint: the layer's input (x before the layer).
     pub x_in: Option<Tensor>,
-    /// Keep: x after the mixer, the MLP norm's input.
+    /// Keep (and shared, in Checkpoint): x after the mixer, the MLP norm's input.
     pub x_mid: Option<Tensor>,
     /// The mixer's normed input, the input of its linears, and the norm's reciprocal RMS.
     pub mixer_in: Tensor,
@@ -211,10 +211,10 @@ impl ActivationShape {
                     + e
                     + t
             }
-            // x and one shared layer with the training values; per layer its input; the
-            // hidden state and its rstd.
+            // x and one shared layer with the training values (x after the mixer among
+            // them); per layer its input; the hidden state and its rstd.
             ActivationMode::Checkpoint => {
-                e + 2 * e + 2 * t + f + mixers(true) + n_layers * e + e + t
+                e + 3 * e + 2 * t + f + mixers(true) + n_layers * e + e + t
             }
         };
         floats * 4
@@ -324,7 +324,13 @@ impl ActivationStore {
             ActivationMode::Shared | ActivationMode::Checkpoint => {
                 // One set of buffers for every layer; only the mixer differs by kind, so
                 // there is one mixer set per kind the model has.
-                let mut shared = layer(mixer(shape.layers[0], saving)?, None, None)?;
+                // Checkpoint keeps x after the mixer in the shared set too: a recomputed
+                // layer's MLP backward reads it.
+                let x_mid = match mode {
+                    ActivationMode::Checkpoint => Some(z("x mid", e)?),
+                    _ => None,
+                };
+                let mut shared = layer(mixer(shape.layers[0], saving)?, None, x_mid)?;
                 if mode == ActivationMode::Shared {
                     shared.mlp_in = shared.mixer_in.clone();
                 }

@@ -281,11 +281,14 @@ pub struct DeltaBuffers {
     pub carried: Vec<Option<(Tensor, [Tensor; 2])>>,
 }
 
-/// Where a layer's backward runs: which step, and the same layer's activations in the step
-/// before (a recurrent layer's incoming conv state is that step's last inputs).
+/// Where a layer's backward runs: which step, and what a recurrent layer's incoming state
+/// comes from: the same layer's kept activations in the step before (its conv state is that
+/// step's last inputs), or, checkpointed, the state saved as the step began.
 pub struct StepPosition<'a> {
     pub index: usize,
     pub previous: Option<&'a LayerActivations>,
+    /// Checkpointed passes: the layer's recurrent state buffers as the step began.
+    pub recurrent_in: Option<&'a [wgpu::Buffer]>,
 }
 
 /// dx (+)= ∂L/∂x of y = W·x (+ scale · B·(A·x)) given dy, for a frozen W; an adapter's
@@ -614,13 +617,13 @@ impl Model {
                 "the model no longer holds the forward pass's sequence".into(),
             ));
         }
-        if fwd.mode != ActivationMode::Keep {
-            // A checkpointed pass keeps neither the MLP's input nor a recurrent layer's conv
-            // inputs of the step before; recomputing them is the next step for long sequences.
+        if fwd.mode == ActivationMode::Shared {
             return Err(EngineError::Config(
-                "the backward pass reads kept activations: run the forward pass with ActivationMode::Keep".into(),
+                "the backward pass reads a training forward pass's activations (Keep or Checkpoint)".into(),
             ));
         }
+        // Checkpointed: each layer is run again from its kept input before its backward.
+        let checkpoint = fwd.mode == ActivationMode::Checkpoint;
         let ctx = self.gpu().clone();
         let t_max = fwd.step_tokens;
         let shape = self.config.activation_shape();
@@ -654,6 +657,10 @@ impl Model {
             let start = s * t_max as usize;
             let end = (start + t_max as usize).min(n);
             let store = &fwd.steps[s];
+            if checkpoint {
+                // The last layer's output is the final norm's input.
+                fwd.recompute(self, s, n_layers - 1).await?;
+            }
             self.write_step_input(&fwd.tokens[start..end], start as u32);
             let mut tg = targets[start..end].to_vec();
             let mut cf = coef[start..end].to_vec();
@@ -671,12 +678,19 @@ impl Model {
             };
             run(&ctx, &head, (end - start) as u32);
             for i in (0..n_layers).rev() {
+                if checkpoint {
+                    fwd.recompute(self, s, i).await?;
+                    self.write_step_input(&fwd.tokens[start..end], start as u32);
+                }
                 let layer = {
                     let io = self.graph_io();
                     let mut g = Graph::new(&io, t_max);
                     let pos = StepPosition {
                         index: s,
-                        previous: s.checked_sub(1).map(|p| &fwd.steps[p].layers[i]),
+                        previous: (!checkpoint)
+                            .then(|| s.checked_sub(1).map(|p| &fwd.steps[p].layers[i]))
+                            .flatten(),
+                        recurrent_in: fwd.recurrent_in(s, i),
                     };
                     self.arch
                         .record_layer_backward(&mut g, i, &store.layers[i], &b, &pos)?;

@@ -232,6 +232,15 @@ impl TrainingForward {
         ctx.check()
     }
 
+    /// Checkpoint: the recurrent state buffers of `layer` as they were when `step` began
+    /// (in the order of the layer's state, one sequence slot each); None otherwise.
+    pub fn recurrent_in(&self, step: usize, layer: usize) -> Option<&[wgpu::Buffer]> {
+        self.recurrent_in
+            .get(step)
+            .and_then(|s| s.get(layer))
+            .map(Vec::as_slice)
+    }
+
     /// Bytes of every activation buffer this pass holds (shared buffers counted once).
     pub fn bytes(&self) -> u64 {
         let stores: u64 = match self.mode {

@@ -470,9 +470,12 @@ impl DeltaNet {
         }
         // The conv started from the step before's last taps − 1 inputs (zeros at the start).
         let taps = cfg.conv_kernel;
-        let (state_in, row0) = match pos.previous.and_then(|p| p.delta_net()) {
-            Some(prev) => (&prev.qkv_raw, g.max_tokens - (taps - 1)),
-            None => (&bd.conv_zeros, 0),
+        let (state_in, row0) = match (pos.recurrent_in, pos.previous.and_then(|p| p.delta_net())) {
+            // Checkpointed: the conv state saved as the step began (the layer's first state
+            // buffer, one slot).
+            (Some([conv, ..]), _) => (conv, 0),
+            (_, Some(prev)) => (&prev.qkv_raw.buffer, g.max_tokens - (taps - 1)),
+            _ => (&bd.conv_zeros.buffer, 0),
         };
         let (d_out_state, d_in_state) = match pos.index % 2 {
             0 => (&conv_d[0], &conv_d[1]),
@@ -482,7 +485,7 @@ impl DeltaNet {
             g.ctx,
             &d.qkv_raw.buffer,
             &self.conv.buffer,
-            &state_in.buffer,
+            state_in,
             row0,
             &bd.dqkv.buffer,
             &d_out_state.buffer,
