@@ -1,5 +1,6 @@
 //! `train-native plan`: the GPU memory a training configuration needs, before anything is
-//! loaded: the model at the sequence's length, the kept activations, the LoRA adapter with its
+//! loaded: the model at the sequence's length, the activations (kept, or checkpointed: each
+//! layer's input only, the layer run again before its backward), the LoRA adapter with its
 //! gradient and AdamW moments, and the backward pass's buffers. Read from the GGUF's header
 //! alone, with the engine's own sizing (the same sums its allocations are tested against).
 
@@ -28,14 +29,18 @@ pub struct PlanArgs {
 #[derive(Debug, PartialEq)]
 pub struct Plan {
     pub model: u64,
-    pub activations: u64,
+    /// Activations kept, and checkpointed.
+    pub kept: u64,
+    pub checkpointed: u64,
     pub adapter: u64,
     pub backward: u64,
 }
 
 impl Plan {
-    pub fn total(&self) -> u64 {
-        self.model + self.activations + self.adapter + self.backward
+    /// The total with the activations kept, and checkpointed.
+    pub fn totals(&self) -> (u64, u64) {
+        let rest = self.model + self.adapter + self.backward;
+        (rest + self.kept, rest + self.checkpointed)
     }
 }
 
@@ -55,9 +60,11 @@ pub fn plan(
         .iter()
         .map(|(_, n_out, n_in)| padded * (*n_out + *n_in) as u64)
         .sum();
+    let activations = ActivationPlan::new(&shape, tokens, step);
     Plan {
         model: cfg.memory_plan(file, tokens, step, false).total(),
-        activations: ActivationPlan::new(&shape, tokens, step).keep,
+        kept: activations.keep,
+        checkpointed: activations.checkpoint,
         // The adapter, its gradient and AdamW's two moments, f32.
         adapter: 4 * 4 * params,
         backward: BackwardBuffers::planned_bytes(&shape, cfg.vocab(), step, tokens, padded as u32),
@@ -77,24 +84,36 @@ pub fn plan_command(args: &PlanArgs) -> Result<()> {
     }
     println!("{}", cfg.summary());
     println!(
-        "LoRA on {} linears; steps of {} tokens; activations kept (the backward pass reads them)",
+        "LoRA on {} linears; steps of {} tokens; activations kept, or checkpointed (each layer \
+         run again before its backward: one more forward pass)",
         cfg.lora_targets().len(),
         args.step_tokens
     );
     println!(
-        "{:>8} {:>5}  {:>10} {:>12} {:>18} {:>10} {:>10}",
-        "tokens", "rank", "model", "activations", "adapter+grad+Adam", "backward", "total"
+        "{:>8} {:>5}  {:>10} {:>12} {:>12} {:>18} {:>10} {:>11} {:>11}",
+        "tokens",
+        "rank",
+        "model",
+        "kept",
+        "checkpointed",
+        "adapter+grad+Adam",
+        "backward",
+        "total kept",
+        "total ckpt"
     );
     for &tokens in &args.tokens {
         for &rank in &args.rank {
             let p = plan(&cfg, &file, tokens, args.step_tokens.min(tokens), rank);
+            let (kept, checkpointed) = p.totals();
             println!(
-                "{tokens:>8} {rank:>5}  {:>10} {:>12} {:>18} {:>10} {:>10}",
+                "{tokens:>8} {rank:>5}  {:>10} {:>12} {:>12} {:>18} {:>10} {:>11} {:>11}",
                 human_bytes(p.model),
-                human_bytes(p.activations),
+                human_bytes(p.kept),
+                human_bytes(p.checkpointed),
                 human_bytes(p.adapter),
                 human_bytes(p.backward),
-                human_bytes(p.total())
+                human_bytes(kept),
+                human_bytes(checkpointed)
             );
         }
     }
