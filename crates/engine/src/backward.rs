@@ -170,6 +170,25 @@ impl BackwardBuffers {
         })
     }
 
+    /// Zeroes what crosses steps (the key/value gradient caches and the recurrent state
+    /// gradients): each backward pass starts from its sequence's end with nothing carried.
+    /// Everything else is written before it is read.
+    pub fn clear_carried(&self, ctx: &GpuContext) {
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
+        for (k, v) in self.kv.iter().flatten() {
+            encoder.clear_buffer(&k.buffer, 0, None);
+            encoder.clear_buffer(&v.buffer, 0, None);
+        }
+        if let Some(d) = &self.delta_net {
+            for (state, [c0, c1]) in d.carried.iter().flatten() {
+                for t in [state, c0, c1] {
+                    encoder.clear_buffer(&t.buffer, 0, None);
+                }
+            }
+        }
+        ctx.queue.submit([encoder.finish()]);
+    }
+
     /// Bytes of every buffer [`BackwardBuffers::new`] makes (the gradients in `lora` are the
     /// caller's and not counted).
     pub fn bytes(&self) -> u64 {
@@ -433,12 +452,14 @@ pub fn rms_norm_backward(
 
 /// The gradients of a model's LoRA adapter on the GPU, in the layout of the adapter's own
 /// buffers (ranks padded), summed over backward passes until [`LoraGradients::zero`]: what an
-/// optimizer reads.
+/// optimizer reads. It also holds the backward pass's buffers
+/// ([`BackwardBuffers::planned_bytes`]), made once for the model's step size and context.
 pub struct LoraGradients {
     /// Per adapted linear (by weight name): ∂L/∂A [padded rank, n_in] and ∂L/∂B [n_out,
     /// padded rank], of B before its scale.
     pub tensors: HashMap<String, (Tensor, Tensor)>,
-    max_rank: u32,
+    /// The backward pass's own buffers, made once and reused by every pass that adds here.
+    buffers: BackwardBuffers,
 }
 
 impl LoraGradients {
@@ -465,7 +486,16 @@ impl LoraGradients {
                 "the model has no LoRA adapter to take gradients of".into(),
             ));
         }
-        Ok(Self { tensors, max_rank })
+        let buffers = BackwardBuffers::new(
+            &ctx,
+            &model.config.activation_shape(),
+            model.config.vocab(),
+            model.max_batch,
+            model.context,
+            max_rank,
+            tensors.clone(),
+        )?;
+        Ok(Self { tensors, buffers })
     }
 
     /// Sets every gradient to zero (after an optimizer step).
@@ -643,15 +673,14 @@ impl Model {
                 )));
             }
         }
-        let b = BackwardBuffers::new(
-            &ctx,
-            &shape,
-            vocab,
-            t_max,
-            self.context,
-            grads.max_rank,
-            grads.tensors.clone(),
-        )?;
+        if t_max != self.max_batch {
+            return Err(EngineError::Sequence(format!(
+                "a forward pass in steps of {t_max} tokens for a model that takes {}",
+                self.max_batch
+            )));
+        }
+        let b = &grads.buffers;
+        b.clear_carried(&ctx);
         let n_layers = shape.layers.len();
         for s in (0..fwd.steps.len()).rev() {
             let start = s * t_max as usize;
@@ -673,7 +702,7 @@ impl Model {
             let head = {
                 let io = self.graph_io();
                 let mut g = Graph::new(&io, t_max);
-                self.record_head_backward(&mut g, store, &b)?;
+                self.record_head_backward(&mut g, store, b)?;
                 g.dispatches
             };
             run(&ctx, &head, (end - start) as u32);
@@ -693,7 +722,7 @@ impl Model {
                         recurrent_in: fwd.recurrent_in(s, i),
                     };
                     self.arch
-                        .record_layer_backward(&mut g, i, &store.layers[i], &b, &pos)?;
+                        .record_layer_backward(&mut g, i, &store.layers[i], b, &pos)?;
                     g.dispatches
                 };
                 run(&ctx, &layer, (end - start) as u32);
