@@ -54,27 +54,7 @@ struct Params {
 const WG = COLS * SPLIT;
 const MAX_DK = MAX_R * SPLIT;
 
-fn row_len() -> u32 {
-    return 2u * p.n_k * p.d_k + p.n_v * p.d_v;
-}
-
-fn q_at(t: u32, kh: u32) -> u32 {
-    return t * row_len() + kh * p.d_k;
-}
-
-fn k_at(t: u32, kh: u32) -> u32 {
-    return t * row_len() + (p.n_k + kh) * p.d_k;
-}
-
-fn v_at(t: u32, s: u32) -> u32 {
-    return t * row_len() + 2u * p.n_k * p.d_k + s * p.d_v;
-}
-
-// log γ: softplus (linear above 20, as torch's) times a ≤ 0.
-fn log_decay(t: u32, s: u32) -> f32 {
-    let x = alpha[t * p.n_v + s] + dt_bias[s];
-    return select(log(1.0 + exp(x)), x, x > 20.0) * a[s];
-}
+#include "common/delta_rule.wgsl"
 
 fn beta_at(t: u32, s: u32) -> f32 {
     return 1.0 / (1.0 + exp(-beta_in[t * p.n_v + s]));

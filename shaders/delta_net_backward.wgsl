@@ -54,30 +54,10 @@ struct Params {
 @group(0) @binding(12) var<uniform> p: Params;
 @group(0) @binding(13) var<uniform> step: Step;
 
-fn row_len() -> u32 {
-    return 2u * p.n_k * p.d_k + p.n_v * p.d_v;
-}
-
-fn q_at(t: u32, kh: u32) -> u32 {
-    return t * row_len() + kh * p.d_k;
-}
-
-fn k_at(t: u32, kh: u32) -> u32 {
-    return t * row_len() + (p.n_k + kh) * p.d_k;
-}
-
-fn v_at(t: u32, s: u32) -> u32 {
-    return t * row_len() + 2u * p.n_k * p.d_k + s * p.d_v;
-}
+#include "common/delta_rule.wgsl"
 
 fn sigmoid(x: f32) -> f32 {
     return 1.0 / (1.0 + exp(-x));
-}
-
-// softplus(alpha + dt_bias) (linear above 20, as the forward), times a.
-fn log_decay(t: u32, s: u32) -> f32 {
-    let x = alpha[t * p.n_v + s] + dt_bias[s];
-    return select(log(1.0 + exp(x)), x, x > 20.0) * a[s];
 }
 
 // The token's normalised q̂ and k̂, shared by the workgroup.

@@ -28,7 +28,9 @@ struct GradManifest {
 
 const TOL: f32 = 2e-3;
 
-fn check(name: &str) {
+/// A LoRA fixture's folder and its base model's GGUF (llama-tiny carries its own base; the
+/// Qwen adapters sit on tests/fixtures/qwen's models).
+fn fixture(name: &str) -> (std::path::PathBuf, MmapSource, GgufFile) {
     let dir = repo_root().join("tests/fixtures/lora").join(name);
     let gguf = match name {
         "llama-tiny" => dir.join("model/model.gguf"),
@@ -36,6 +38,11 @@ fn check(name: &str) {
     };
     let src = MmapSource::open(gguf).unwrap();
     let file = GgufFile::read(&src).unwrap();
+    (dir, src, file)
+}
+
+fn check(name: &str) {
+    let (dir, src, file) = fixture(name);
     let adapter = peft_adapter(&dir.join("adapter"), &file);
     let reference = peft_adapter(&dir.join("grads"), &file);
     let m: GradManifest =
@@ -129,9 +136,7 @@ fn qwen35_lora_gradients_match_pytorch() {
 /// clear errors.
 #[test]
 fn gradients_refuse_what_they_cannot_use() {
-    let dir = repo_root().join("tests/fixtures/lora/llama-tiny");
-    let src = MmapSource::open(dir.join("model/model.gguf")).unwrap();
-    let file = GgufFile::read(&src).unwrap();
+    let (dir, src, file) = fixture("llama-tiny");
     let Some(mut model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
         return;
     };
@@ -158,13 +163,7 @@ fn gradients_refuse_what_they_cannot_use() {
 fn backward_plan_matches_allocation() {
     use lilypad_engine::backward::BackwardBuffers;
     for name in ["llama-tiny", "qwen3-tiny", "qwen35-tiny"] {
-        let dir = repo_root().join("tests/fixtures/lora").join(name);
-        let gguf = match name {
-            "llama-tiny" => dir.join("model/model.gguf"),
-            _ => qwen::fixture_dir(name).join("model.gguf"),
-        };
-        let src = MmapSource::open(gguf).unwrap();
-        let file = GgufFile::read(&src).unwrap();
+        let (_, src, file) = fixture(name);
         let Some(model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
             return;
         };
@@ -182,13 +181,7 @@ fn backward_plan_matches_allocation() {
 #[test]
 fn config_lists_the_models_lora_targets() {
     for name in ["llama-tiny", "qwen3-tiny", "qwen35-tiny"] {
-        let dir = repo_root().join("tests/fixtures/lora").join(name);
-        let gguf = match name {
-            "llama-tiny" => dir.join("model/model.gguf"),
-            _ => qwen::fixture_dir(name).join("model.gguf"),
-        };
-        let src = MmapSource::open(gguf).unwrap();
-        let file = GgufFile::read(&src).unwrap();
+        let (_, src, file) = fixture(name);
         let Some(mut model) = qwen::load_model(&file, &src, &qwen::options(32, 8)) else {
             return;
         };

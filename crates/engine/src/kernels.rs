@@ -17,6 +17,10 @@ const SOURCES: &[(&str, &str)] = &[
         "common/step.wgsl",
         include_str!("../../../shaders/common/step.wgsl"),
     ),
+    (
+        "common/delta_rule.wgsl",
+        include_str!("../../../shaders/common/delta_rule.wgsl"),
+    ),
     ("copy.wgsl", include_str!("../../../shaders/copy.wgsl")),
     ("adamw.wgsl", include_str!("../../../shaders/adamw.wgsl")),
     (
