@@ -170,6 +170,13 @@ impl BackwardBuffers {
         })
     }
 
+    /// ∂L/∂K and ∂L/∂V of attention layer `layer`.
+    pub fn kv_grads(&self, layer: usize) -> Result<&(Tensor, Tensor)> {
+        self.kv.get(layer).and_then(Option::as_ref).ok_or_else(|| {
+            EngineError::Config(format!("layer {layer} has no key/value gradient buffers"))
+        })
+    }
+
     /// Zeroes what crosses steps (the key/value gradient caches and the recurrent state
     /// gradients): each backward pass starts from its sequence's end with nothing carried.
     /// Everything else is written before it is read.

@@ -266,8 +266,9 @@ impl Attention {
             .to_vec()
     }
 
-    /// The backward of the attention block and its norm (Llama, Qwen3, and Qwen3.5's gated
-    /// attention): `b.g` holds ∂L/∂x after the block and is left holding ∂L/∂x before it. The step's
+    /// The backward of the attention block from its normed input (Llama, Qwen3, and Qwen3.5's
+    /// gated attention): `b.g` holds ∂L/∂x after the block; ∂L/∂(its normed input) goes to
+    /// `b.d_norm` (its norm is [`record_layer_backward`]'s). The step's
     /// queries add their share to `kv` (∂L/∂K, ∂L/∂V of every position they saw), and the
     /// step's own rows of it, complete once later steps have run, go back through RoPE,
     /// QK-norm and the projections.
@@ -285,11 +286,9 @@ impl Attention {
         let a = l.attention().ok_or_else(|| {
             EngineError::Config("an attention layer needs attention activations".into())
         })?;
-        let (Some(x_in), Some(lse)) = (&l.x_in, &a.lse) else {
-            return Err(EngineError::Config(
-                "attention's backward needs its kept input and softmax statistics".into(),
-            ));
-        };
+        let lse = a.lse.as_ref().ok_or_else(|| {
+            EngineError::Config("attention's backward needs its softmax statistics".into())
+        })?;
         let (n_head, n_kv, hd) = (s.n_head, s.n_kv, s.head_dim);
         linear_backward(g, &self.wo, &a.att, &b.g, &b.d_att, false, b)?;
         // Gated (Qwen3.5): through the output gate first, from the gated output kept; that
@@ -418,17 +417,7 @@ impl Attention {
         };
         linear_backward(g, &self.wq, xn, dq, &b.d_norm, false, b)?;
         linear_backward(g, &self.wk, xn, dk, &b.d_norm, true, b)?;
-        linear_backward(g, &self.wv, xn, &b.dv, &b.d_norm, true, b)?;
-        rms_norm_backward(
-            g,
-            x_in,
-            &self.norm,
-            l.mixer_rstd.as_ref(),
-            &b.d_norm,
-            &b.g,
-            1,
-            true,
-        )
+        linear_backward(g, &self.wv, xn, &b.dv, &b.d_norm, true, b)
     }
 
     /// x += wo · attention(xn), xn the normed input `record_layer` left in `l.mixer_in`.
@@ -541,17 +530,14 @@ impl Mlp {
         [&mut self.gate, &mut self.up, &mut self.down]
     }
 
-    /// The backward of the MLP and its norm: `b.g` holds ∂L/∂x after the block and is left
-    /// holding ∂L/∂x before it (the skip path plus the norm's input gradient).
+    /// The backward of the MLP from its normed input: `b.g` holds ∂L/∂x after the block;
+    /// ∂L/∂(its normed input) goes to `b.d_norm` (its norm is [`record_layer_backward`]'s).
     pub fn record_backward(
         &self,
         g: &mut Graph,
         l: &LayerActivations,
         b: &BackwardBuffers,
     ) -> Result<()> {
-        let x_mid = l.x_mid.as_ref().ok_or_else(|| {
-            EngineError::Config("the MLP's backward needs its input (kept activations)".into())
-        })?;
         linear_backward(g, &self.down, &l.act, &b.g, &b.d_act, false, b)?;
         g.push(ops::elementwise::silu_mul_backward(
             g.ctx,
@@ -564,17 +550,7 @@ impl Mlp {
             g.step,
         )?);
         linear_backward(g, &self.gate, &l.mlp_in, &b.d_gate, &b.d_norm, false, b)?;
-        linear_backward(g, &self.up, &l.mlp_in, &b.d_up, &b.d_norm, true, b)?;
-        rms_norm_backward(
-            g,
-            x_mid,
-            &self.norm,
-            l.mlp_rstd.as_ref(),
-            &b.d_norm,
-            &b.g,
-            1,
-            true,
-        )
+        linear_backward(g, &self.up, &l.mlp_in, &b.d_up, &b.d_norm, true, b)
     }
 
     /// x += down · (silu(gate · xn) ⊙ (up · xn)), xn the normed input in `l.mlp_in`.
@@ -624,4 +600,44 @@ pub fn record_layer(
         Write::Set,
     )?;
     mlp.record(g, l)
+}
+
+/// The backward of [`record_layer`], in reverse: `b.g` holds ∂L/∂x after the layer and is left
+/// holding ∂L/∂x before it. The MLP's backward, its norm's (added to the skip path's gradient),
+/// `mixer`'s (which leaves ∂L/∂(its normed input) in `b.d_norm`), the mixer norm's.
+pub fn record_layer_backward(
+    g: &mut Graph,
+    l: &LayerActivations,
+    mixer_norm: &Tensor,
+    mixer: impl FnOnce(&mut Graph) -> Result<()>,
+    mlp: &Mlp,
+    b: &BackwardBuffers,
+) -> Result<()> {
+    let (Some(x_in), Some(x_mid)) = (&l.x_in, &l.x_mid) else {
+        return Err(EngineError::Config(
+            "a layer's backward needs its input and the residual after its mixer".into(),
+        ));
+    };
+    mlp.record_backward(g, l, b)?;
+    rms_norm_backward(
+        g,
+        x_mid,
+        &mlp.norm,
+        l.mlp_rstd.as_ref(),
+        &b.d_norm,
+        &b.g,
+        1,
+        true,
+    )?;
+    mixer(g)?;
+    rms_norm_backward(
+        g,
+        x_in,
+        mixer_norm,
+        l.mixer_rstd.as_ref(),
+        &b.d_norm,
+        &b.g,
+        1,
+        true,
+    )
 }

@@ -14,7 +14,7 @@
 use lilypad_gguf::GgufFile;
 
 use super::Forward;
-use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
+use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer, record_layer_backward};
 use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
 use crate::backward::{BackwardBuffers, StepPosition};
 use crate::error::{EngineError, Result};
@@ -268,11 +268,11 @@ impl Forward for Llama {
         _pos: &StepPosition,
     ) -> Result<()> {
         let (attention, mlp) = &self.layers[i];
-        mlp.record_backward(g, l, b)?;
-        let kv = b.kv[i].as_ref().ok_or_else(|| {
-            EngineError::Config("no key/value gradient buffers for an attention layer".into())
-        })?;
-        attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
+        let kv = b.kv_grads(i)?;
+        let mixer = |g: &mut Graph| {
+            attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
+        };
+        record_layer_backward(g, l, &attention.norm, mixer, mlp, b)
     }
 
     fn output_norm(&self) -> &Tensor {

@@ -19,10 +19,10 @@
 use lilypad_gguf::GgufFile;
 
 use super::Forward;
-use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer};
+use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer, record_layer_backward};
 use super::llama::rope_frequencies;
 use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
-use crate::backward::{BackwardBuffers, StepPosition, linear_backward, rms_norm_backward};
+use crate::backward::{BackwardBuffers, StepPosition, linear_backward};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Write};
 use crate::linear::Linear;
@@ -397,8 +397,8 @@ impl DeltaNet {
         .to_vec()
     }
 
-    /// The backward of the DeltaNet block and its norm: `b.g` holds ∂L/∂x after the block and
-    /// is left holding ∂L/∂x before it. Recurrent state crosses steps backwards through
+    /// The backward of the DeltaNet block from its normed input: `b.g` holds ∂L/∂x after the
+    /// block; ∂L/∂(its normed input) goes to `b.d_norm` (its norm is `record_layer_backward`'s). Recurrent state crosses steps backwards through
     /// `carried`: the delta rule's state gradient and the conv state's (the step before's
     /// last inputs, whose conv input gradient it becomes).
     pub fn record_backward(
@@ -419,7 +419,7 @@ impl DeltaNet {
                     .into(),
             )
         };
-        let (Some(x_in), Some(o_rstd), Some(states)) = (&l.x_in, &d.o_rstd, &d.states) else {
+        let (Some(o_rstd), Some(states)) = (&d.o_rstd, &d.states) else {
             return Err(missing());
         };
         let bd = b.delta_net.as_ref().ok_or_else(missing)?;
@@ -499,17 +499,7 @@ impl DeltaNet {
         linear_backward(g, &self.z, xn, &bd.dz, &b.d_norm, false, b)?;
         linear_backward(g, &self.qkv, xn, &bd.dqkv_raw, &b.d_norm, true, b)?;
         linear_backward(g, &self.alpha, xn, &bd.d_alpha, &b.d_norm, true, b)?;
-        linear_backward(g, &self.beta, xn, &bd.d_beta, &b.d_norm, true, b)?;
-        rms_norm_backward(
-            g,
-            x_in,
-            &self.norm,
-            l.mixer_rstd.as_ref(),
-            &b.d_norm,
-            &b.g,
-            1,
-            true,
-        )
+        linear_backward(g, &self.beta, xn, &bd.d_beta, &b.d_norm, true, b)
     }
 
     /// x += ssm_out · gated_norm(delta_rule(conv(qkv · xn))), xn the normed input
@@ -678,18 +668,18 @@ impl Forward for Qwen35 {
         pos: &StepPosition,
     ) -> Result<()> {
         let (mixer, mlp) = &self.layers[i];
-        mlp.record_backward(g, l, b)?;
-        match mixer {
+        let norm = match mixer {
+            Mixer::Attention(attention) => &attention.norm,
+            Mixer::DeltaNet(delta) => &delta.norm,
+        };
+        let backward = |g: &mut Graph| match mixer {
             Mixer::Attention(attention) => {
-                let kv = b.kv[i].as_ref().ok_or_else(|| {
-                    EngineError::Config(
-                        "no key/value gradient buffers for an attention layer".into(),
-                    )
-                })?;
+                let kv = b.kv_grads(i)?;
                 attention.record_backward(g, &self.attention, l, &self.freqs, b, kv, self.context)
             }
             Mixer::DeltaNet(delta) => delta.record_backward(g, &self.cfg, l, b, pos, i),
-        }
+        };
+        record_layer_backward(g, l, norm, backward, mlp, b)
     }
 
     fn output_norm(&self) -> &Tensor {
