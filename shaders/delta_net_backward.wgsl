@@ -247,7 +247,8 @@ fn delta_net_backward_qk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_i
     let kh = wid.x;
     let t = wid.y;
     let live = t < step.n_tokens;
-    // Σq², Σk², Σ q·Gq, Σ k·Gk, with G summed over the value heads reading kh.
+    // Σq², Σk², Σ q·Gq, Σ k·Gk, with G summed over the value heads reading kh; G goes to
+    // q's and k's places in dqkv (each thread's own), where the second pass finishes it.
     var part = vec4<f32>(0.0);
     if live {
         for (var i = tid; i < p.d_k; i += WG) {
@@ -258,6 +259,8 @@ fn delta_net_backward_qk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_i
                 gq += scratch[at];
                 gk += scratch[at + p.d_k];
             }
+            dqkv[q_at(t, kh) + i] = gq;
+            dqkv[k_at(t, kh) + i] = gk;
             let qv = qkv[q_at(t, kh) + i];
             let kv = qkv[k_at(t, kh) + i];
             part += vec4<f32>(qv * qv, kv * kv, qv * gq, kv * gk);
@@ -279,13 +282,8 @@ fn delta_net_backward_qk(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_i
     let rq = inverseSqrt(tot.x + p.eps);
     let rk = inverseSqrt(tot.y + p.eps);
     for (var i = tid; i < p.d_k; i += WG) {
-        var gq = 0.0;
-        var gk = 0.0;
-        for (var s = kh; s < p.n_v; s += p.n_k) {
-            let at = dqk_index(t, s) + i;
-            gq += scratch[at];
-            gk += scratch[at + p.d_k];
-        }
+        let gq = dqkv[q_at(t, kh) + i];
+        let gk = dqkv[k_at(t, kh) + i];
         let qv = qkv[q_at(t, kh) + i];
         let kv = qkv[k_at(t, kh) + i];
         dqkv[q_at(t, kh) + i] = p.q_scale * (rq * gq - qv * rq * rq * rq * tot.z);

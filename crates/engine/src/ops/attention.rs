@@ -138,6 +138,26 @@ pub struct AttentionGrads<'a> {
     pub dv: &'a wgpu::Buffer,
 }
 
+impl AttentionGrads<'_> {
+    /// What both of [`attention_backward`]'s entry points read, with a block's uniform.
+    fn reads<'b>(
+        &'b self,
+        p: &'b wgpu::Buffer,
+        step: &'b wgpu::Buffer,
+    ) -> Vec<(u32, wgpu::BindingResource<'b>)> {
+        vec![
+            (0, bind(self.q)),
+            (1, bind(self.k)),
+            (2, bind(self.v)),
+            (4, bind(self.d_o)),
+            (5, bind(self.lse)),
+            (6, bind(self.delta)),
+            (10, bind(p)),
+            (11, bind(step)),
+        ]
+    }
+}
+
 /// The gradients of [`attention_saving`] for a step of one sequence of at most `max_tokens`
 /// tokens: dq for the step's queries, and the step's share of dK and dV for every cache row
 /// it saw (rows of earlier steps too), added to `dk`/`dv`. `ctx_rows`: rows per sequence in
@@ -181,17 +201,8 @@ pub fn attention_backward(
     let mut out = Vec::new();
     for begin in (0..ctx_rows.max(1)).step_by(positions as usize) {
         let p = params_for(begin, begin + positions);
-        let mut bindings = vec![
-            (0, bind(b.q)),
-            (1, bind(b.k)),
-            (2, bind(b.v)),
-            (4, bind(b.d_o)),
-            (5, bind(b.lse)),
-            (6, bind(b.delta)),
-            (7, bind(b.dq)),
-            (10, bind(&p)),
-            (11, bind(step)),
-        ];
+        let mut bindings = b.reads(&p, step);
+        bindings.push((7, bind(b.dq)));
         bindings.extend(b.o.map(|o| (3, bind(o))));
         out.push(Dispatch::with_bindings(
             ctx,
@@ -206,22 +217,13 @@ pub fn attention_backward(
     }
     for begin in (0..max_tokens.max(1)).step_by(tokens as usize) {
         let p = params_for(begin, begin + tokens);
+        let mut bindings = b.reads(&p, step);
+        bindings.extend([(8, bind(b.dk)), (9, bind(b.dv))]);
         out.push(Dispatch::with_bindings(
             ctx,
             "attention_backward_dkv",
             dkv.clone(),
-            &[
-                (0, bind(b.q)),
-                (1, bind(b.k)),
-                (2, bind(b.v)),
-                (4, bind(b.d_o)),
-                (5, bind(b.lse)),
-                (6, bind(b.delta)),
-                (8, bind(b.dk)),
-                (9, bind(b.dv)),
-                (10, bind(&p)),
-                (11, bind(step)),
-            ],
+            &bindings,
             Grid::Fixed([ctx_rows.div_ceil(WG), n_kv, 1]),
         ));
     }
