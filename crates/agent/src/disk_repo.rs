@@ -3,12 +3,20 @@
 //! of a path is resolved, and a link leading outside the root (or to nothing) is refused, so no
 //! operation reads or writes outside the folder. (A link swapped in between the check and the
 //! operation is not guarded against; the agent is not racing itself.)
+//!
+//! Only regular files are opened, and never in a way that can block: a FIFO, socket or device
+//! in the folder is refused (checked on the open file, so a swap cannot slip one in). A file
+//! with more than one hard link is replaced by a new file rather than written in place, since
+//! its other name may be outside the folder. One unreadable entry (a link loop, a file that
+//! vanished mid-walk) is left out of listings and walks rather than failing them.
 
-use std::fs;
-use std::io;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS};
+use crate::repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Stamp};
 use crate::virtual_repo::check_rename;
 use crate::{RepoError, RepoPath};
 
@@ -117,13 +125,74 @@ impl DiskRepo {
         }
     }
 
-    /// Size in bytes of the file at `path`, without reading it.
-    pub(crate) fn file_len(&self, path: &RepoPath) -> Result<u64, RepoError> {
-        match self.meta(path)? {
-            Some(meta) if meta.is_dir() => Err(RepoError::IsADirectory(self.shown(path))),
-            Some(meta) => Ok(meta.len()),
-            None => Err(RepoError::NotFound(self.shown(path))),
+    /// Opens the regular file at `path` for reading. `O_NONBLOCK` keeps a FIFO from blocking
+    /// the open; the type is then checked on the open file itself.
+    fn open_file(&self, path: &RepoPath) -> Result<(File, fs::Metadata), RepoError> {
+        let full = self.real(path)?;
+        if self.meta(path)?.is_some_and(|m| m.is_dir()) {
+            return Err(RepoError::IsADirectory(self.shown(path)));
         }
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&full)
+            .map_err(|e| self.io_error(path, e))?;
+        let meta = file.metadata().map_err(|e| self.io_error(path, e))?;
+        self.check_regular(path, &meta)?;
+        Ok((file, meta))
+    }
+
+    fn check_regular(&self, path: &RepoPath, meta: &fs::Metadata) -> Result<(), RepoError> {
+        let kind = meta.file_type();
+        let what = if kind.is_file() {
+            return Ok(());
+        } else if kind.is_dir() {
+            return Err(RepoError::IsADirectory(self.shown(path)));
+        } else if kind.is_fifo() {
+            "FIFO (named pipe)"
+        } else if kind.is_socket() {
+            "socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "device"
+        } else {
+            "special file"
+        };
+        Err(RepoError::NotARegularFile {
+            path: self.shown(path),
+            what,
+        })
+    }
+
+    /// Writes `data` as the whole file at `full`. A file with other hard links gets a new
+    /// inode (written beside it, then renamed over it) so the other names keep their contents.
+    fn write_file(&self, path: &RepoPath, full: &Path, data: &[u8]) -> Result<(), RepoError> {
+        let io_error = |e| self.io_error(path, e);
+        match fs::metadata(full) {
+            Ok(meta) if meta.is_file() && meta.nlink() > 1 => {
+                // Rename onto the real file, not onto an inside link to it.
+                let target = fs::canonicalize(full).map_err(io_error)?;
+                return replace_file(&target, data, meta.permissions()).map_err(io_error);
+            }
+            Ok(meta) => self.check_regular(path, &meta)?,
+            Err(_) => {}
+        }
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(full)
+            .map_err(|e| match e.raw_os_error() {
+                // A FIFO nobody reads: opening it for writing without blocking fails so.
+                Some(libc::ENXIO) => RepoError::NotARegularFile {
+                    path: self.shown(path),
+                    what: "FIFO (named pipe)",
+                },
+                _ => io_error(e),
+            })?;
+        let meta = file.metadata().map_err(io_error)?;
+        self.check_regular(path, &meta)?;
+        file.write_all(data).map_err(io_error)
     }
 
     /// Creates the missing parent folders of `path`, refusing when one of them is a file.
@@ -159,22 +228,25 @@ impl DiskRepo {
             if path.file_name() != name {
                 continue;
             }
-            let file_type = entry.file_type().map_err(|e| self.io_error(&path, e))?;
-            let is_link = file_type.is_symlink();
-            if is_link {
-                match self.check_link(&entry.path(), &path) {
-                    Ok(()) => {}
-                    Err(e @ RepoError::SymlinkEscape { .. }) if on_escape == OnEscape::Fail => {
-                        return Err(e);
+            // Past this point an entry that cannot be examined (a link loop, a file removed
+            // mid-walk) is left out when listing, and fails an import.
+            let examined = entry
+                .file_type()
+                .map_err(|e| self.io_error(&path, e))
+                .and_then(|file_type| {
+                    let is_link = file_type.is_symlink();
+                    if is_link {
+                        self.check_link(&entry.path(), &path)?;
                     }
-                    Err(RepoError::SymlinkEscape { .. } | RepoError::BrokenSymlink { .. }) => {
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
+                    let meta = fs::metadata(entry.path()).map_err(|e| self.io_error(&path, e))?;
+                    Ok((meta, is_link))
+                });
+            match examined {
+                Ok((meta, is_link)) => out.push((path, meta, is_link)),
+                Err(RepoError::BrokenSymlink { .. }) => {}
+                Err(e) if on_escape == OnEscape::Fail => return Err(e),
+                Err(_) => {}
             }
-            let meta = fs::metadata(entry.path()).map_err(|e| self.io_error(&path, e))?;
-            out.push((path, meta, is_link));
         }
         Ok(out)
     }
@@ -186,6 +258,8 @@ impl DiskRepo {
         on_escape: OnEscape,
     ) -> Result<Vec<RepoPath>, RepoError> {
         match self.meta(path)? {
+            // A root deleted by the model holds no files: every file was removed.
+            None if path.is_root() => return Ok(Vec::new()),
             None => return Err(RepoError::NotFound(self.shown(path))),
             Some(meta) if !meta.is_dir() => return Ok(vec![path.clone()]),
             Some(_) => {}
@@ -194,7 +268,14 @@ impl DiskRepo {
         let mut pending = vec![path.clone()];
         while let Some(dir) = pending.pop() {
             let full = self.real(&dir)?;
-            for (child, meta, is_link) in self.entries(&dir, &full, on_escape)? {
+            let entries = match self.entries(&dir, &full, on_escape) {
+                Ok(entries) => entries,
+                // A folder that cannot be listed (no permission, removed mid-walk) holds
+                // nothing the agent can see.
+                Err(_) if on_escape == OnEscape::Skip && dir != *path => continue,
+                Err(e) => return Err(e),
+            };
+            for (child, meta, is_link) in entries {
                 // A `.git` file (worktrees, submodules) is as off-limits as the folder.
                 if SKIPPED_DIRS.contains(&child.file_name()) {
                     continue;
@@ -209,6 +290,30 @@ impl DiskRepo {
         out.sort();
         Ok(out)
     }
+}
+
+/// Writes `data` to a new file beside `target` and renames it over `target`.
+fn replace_file(target: &Path, data: &[u8], permissions: fs::Permissions) -> io::Result<()> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = target.file_name().unwrap_or_default().to_string_lossy();
+    let temp = target.with_file_name(format!(
+        ".{name}.lilypad-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(data)?;
+        file.set_permissions(permissions)?;
+        fs::rename(&temp, target)
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written
 }
 
 fn map_io(shown: String, e: io::Error) -> RepoError {
@@ -238,11 +343,43 @@ impl Repository for DiskRepo {
     }
 
     fn read(&self, path: &RepoPath) -> Result<Vec<u8>, RepoError> {
-        let full = self.real(path)?;
-        if self.meta(path)?.is_some_and(|m| m.is_dir()) {
-            return Err(RepoError::IsADirectory(self.shown(path)));
+        let (mut file, meta) = self.open_file(path)?;
+        let mut data = Vec::with_capacity(meta.len() as usize);
+        file.read_to_end(&mut data)
+            .map_err(|e| self.io_error(path, e))?;
+        Ok(data)
+    }
+
+    fn file_len(&self, path: &RepoPath) -> Result<u64, RepoError> {
+        match self.meta(path)? {
+            Some(meta) if meta.is_dir() => Err(RepoError::IsADirectory(self.shown(path))),
+            Some(meta) => {
+                self.check_regular(path, &meta)?;
+                Ok(meta.len())
+            }
+            None => Err(RepoError::NotFound(self.shown(path))),
         }
-        fs::read(full).map_err(|e| self.io_error(path, e))
+    }
+
+    fn read_head(&self, path: &RepoPath, max: usize) -> Result<Vec<u8>, RepoError> {
+        let (file, meta) = self.open_file(path)?;
+        let mut data = Vec::with_capacity(meta.len().min(max as u64) as usize);
+        file.take(max as u64)
+            .read_to_end(&mut data)
+            .map_err(|e| self.io_error(path, e))?;
+        Ok(data)
+    }
+
+    fn stamp(&self, path: &RepoPath) -> Option<Stamp> {
+        let meta = self.meta(path).ok()??;
+        let time = |secs: i64, nanos: i64| (secs as u64).wrapping_mul(1_000_000_000) ^ nanos as u64;
+        Some(Stamp([
+            meta.len(),
+            time(meta.mtime(), meta.mtime_nsec()),
+            time(meta.ctime(), meta.ctime_nsec()),
+            meta.ino(),
+            meta.dev(),
+        ]))
     }
 
     fn write(&mut self, path: &RepoPath, data: &[u8]) -> Result<(), RepoError> {
@@ -251,7 +388,7 @@ impl Repository for DiskRepo {
             return Err(RepoError::IsADirectory(self.shown(path)));
         }
         self.make_parents(path)?;
-        fs::write(full, data).map_err(|e| self.io_error(path, e))
+        self.write_file(path, &full, data)
     }
 
     fn remove(&mut self, path: &RepoPath) -> Result<(), RepoError> {

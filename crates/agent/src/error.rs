@@ -24,6 +24,11 @@ pub enum RepoError {
     /// wherever that is.
     #[error("symbolic link `{path}` points to nothing")]
     BrokenSymlink { path: String },
+    /// A FIFO, socket or device: opening one can block forever or read without end.
+    #[error(
+        "`{path}` is a {what}, not a regular file; the file tools read and write regular files only"
+    )]
+    NotARegularFile { path: String, what: &'static str },
     #[error("archive: {0}")]
     Archive(String),
     #[error("patch: {0}")]

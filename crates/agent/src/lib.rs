@@ -3,6 +3,7 @@
 
 mod agent;
 pub mod archive;
+pub mod changes;
 #[cfg(not(target_arch = "wasm32"))]
 mod disk_repo;
 mod error;
@@ -20,6 +21,7 @@ mod virtual_repo;
 
 pub use agent::{AgentConfig, AgentEvent, run_agent};
 pub use archive::ImportLimits;
+pub use changes::{ChangeTracker, TrackLimits};
 #[cfg(not(target_arch = "wasm32"))]
 pub use disk_repo::DiskRepo;
 pub use error::RepoError;
@@ -30,7 +32,7 @@ pub use model::{
 pub use patch::Change;
 pub use path::RepoPath;
 pub use reply::{Reply, parse_reply};
-pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot};
+pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot, Stamp};
 pub use scripted::ScriptedModel;
 pub use shell::{ExternalShell, Shell, ShellOutput};
 pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};

@@ -5,8 +5,11 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use diffy::DiffOptions;
+use std::time::Duration;
+
 use diffy::patch_set::{FileOperation, ParseOptions, PatchKind, PatchSet};
+
+use similar::{Algorithm, TextDiff};
 
 use crate::{RepoError, RepoPath, Snapshot};
 
@@ -79,7 +82,16 @@ pub(crate) fn diff_between<A: AsRef<[u8]>, B: AsRef<[u8]>>(
 
 const DEV_NULL: &str = "/dev/null";
 
-fn file_diff(out: &mut String, path: &RepoPath, old: Option<&[u8]>, new: Option<&[u8]>) {
+/// Stands for contents that were not kept (a file too large to track whole): it reads as
+/// binary, so its change is named the way git names a binary change, without contents.
+pub(crate) const UNKEPT: &[u8] = b"\0";
+
+/// How long one file's line diff may search for the shortest edit; past it the diff is coarser
+/// (more lines removed and re-added) but still applies exactly.
+const DIFF_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// One file's section: `old`/`new` are `None` where the file does not exist.
+pub(crate) fn file_diff(out: &mut String, path: &RepoPath, old: Option<&[u8]>, new: Option<&[u8]>) {
     let a = format!("a/{}", path.as_str());
     let b = format!("b/{}", path.as_str());
     // Writing to a String cannot fail.
@@ -103,10 +115,11 @@ fn file_diff(out: &mut String, path: &RepoPath, old: Option<&[u8]>, new: Option<
             let tab = |name: &str| if name.contains(' ') { "\t" } else { "" };
             let _ = writeln!(out, "--- {}{}", quote(&old_name), tab(&old_name));
             let _ = writeln!(out, "+++ {}{}", quote(&new_name), tab(&new_name));
-            let patch = DiffOptions::new()
-                .create_patch(old_text, new_text)
-                .to_string();
-            out.extend(patch.splitn(3, '\n').skip(2));
+            let lines = TextDiff::configure()
+                .algorithm(Algorithm::Myers)
+                .timeout(DIFF_TIMEOUT)
+                .diff_lines(old_text, new_text);
+            let _ = write!(out, "{}", lines.unified_diff().context_radius(3));
         }
         _ => {
             let _ = writeln!(
@@ -304,6 +317,21 @@ mod tests {
             !patch.contains("same"),
             "unchanged files have no section: {patch}"
         );
+        let mut applied = old.clone();
+        apply(&mut applied, &patch).unwrap();
+        assert_eq!(applied, new);
+    }
+
+    /// A whole file rewritten (every line different, shifted): the diff's search is cut off by
+    /// its deadline at worst, and the patch still turns one into the other exactly.
+    #[test]
+    fn a_rewritten_long_file_diffs_and_applies() {
+        let old: String = (0..40_000).map(|i| format!("line {i}\n")).collect();
+        let new: String = (0..40_000)
+            .map(|i| format!("row {}\n", (i * 7919) % 40_000))
+            .collect();
+        let (old, new) = (snap(&[("big.txt", &old)]), snap(&[("big.txt", &new)]));
+        let patch = diff(&old, &new);
         let mut applied = old.clone();
         apply(&mut applied, &patch).unwrap();
         assert_eq!(applied, new);

@@ -22,6 +22,12 @@ pub struct DirEntry {
 /// Every file's bytes, keyed by path: what a patch is computed between.
 pub type Snapshot = BTreeMap<RepoPath, Vec<u8>>;
 
+/// A file's fingerprint that changes whenever its contents may have (natively: size,
+/// modification and status-change times, inode), so a change tracker re-reads only files whose
+/// stamp moved. Opaque: only compared for equality.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Stamp(pub [u64; 5]);
+
 pub trait Repository {
     /// The absolute path the model sees as the repository's root (`/repo`, or the real folder
     /// natively). Tool paths are resolved against it with [`RepoPath::resolve`].
@@ -30,6 +36,24 @@ pub trait Repository {
     fn kind(&self, path: &RepoPath) -> Option<EntryKind>;
 
     fn read(&self, path: &RepoPath) -> Result<Vec<u8>, RepoError>;
+
+    /// Size in bytes of the file at `path`, without reading it.
+    fn file_len(&self, path: &RepoPath) -> Result<u64, RepoError> {
+        self.read(path).map(|data| data.len() as u64)
+    }
+
+    /// At most `max` bytes from the start of the file at `path`, without reading the rest.
+    fn read_head(&self, path: &RepoPath, max: usize) -> Result<Vec<u8>, RepoError> {
+        let mut data = self.read(path)?;
+        data.truncate(max);
+        Ok(data)
+    }
+
+    /// The file's [`Stamp`], or `None` where the repository keeps none (a change tracker then
+    /// compares contents).
+    fn stamp(&self, _path: &RepoPath) -> Option<Stamp> {
+        None
+    }
 
     /// Creates or replaces a file, creating missing parent folders.
     fn write(&mut self, path: &RepoPath, data: &[u8]) -> Result<(), RepoError>;

@@ -56,6 +56,10 @@ pub struct Trajectory {
     pub exit: Option<Exit>,
     /// The repository's changes as a git patch (final once `exit` is set).
     pub patch: String,
+    /// Why the patch could not be brought up to date after the last step (the repository's
+    /// root became unreadable); `patch` is then the last one taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_error: Option<String>,
 }
 
 impl Trajectory {

@@ -91,6 +91,15 @@ impl VirtualRepo {
         &self.baseline
     }
 
+    /// The contents of the file at `path`, borrowed.
+    fn file(&self, path: &RepoPath) -> Result<&[u8], RepoError> {
+        match self.kind(path) {
+            Some(EntryKind::File) => Ok(&self.files[path]),
+            Some(EntryKind::Dir) => Err(RepoError::IsADirectory(self.shown(path))),
+            None => Err(RepoError::NotFound(self.shown(path))),
+        }
+    }
+
     /// A `git diff`-style patch from the baseline to the current files.
     pub fn diff(&self) -> String {
         patch::diff_between(&self.baseline, &self.current())
@@ -357,11 +366,16 @@ impl Repository for VirtualRepo {
     }
 
     fn read(&self, path: &RepoPath) -> Result<Vec<u8>, RepoError> {
-        match self.kind(path) {
-            Some(EntryKind::File) => Ok(self.files[path].clone()),
-            Some(EntryKind::Dir) => Err(RepoError::IsADirectory(self.shown(path))),
-            None => Err(RepoError::NotFound(self.shown(path))),
-        }
+        self.file(path).map(<[u8]>::to_vec)
+    }
+
+    fn file_len(&self, path: &RepoPath) -> Result<u64, RepoError> {
+        self.file(path).map(|data| data.len() as u64)
+    }
+
+    fn read_head(&self, path: &RepoPath, max: usize) -> Result<Vec<u8>, RepoError> {
+        self.file(path)
+            .map(|data| data[..data.len().min(max)].to_vec())
     }
 
     fn write(&mut self, path: &RepoPath, data: &[u8]) -> Result<(), RepoError> {

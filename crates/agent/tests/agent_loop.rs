@@ -11,7 +11,7 @@ use std::time::Duration;
 use lilypad_agent::archive::import_dir;
 use lilypad_agent::{
     AgentConfig, AgentEvent, Exit, ExternalShell, FinishReason, ImportLimits, RepoPath, Repository,
-    ScriptedModel, ShellOutput, Toolbox, Trajectory, VirtualRepo, VirtualShell, run_agent,
+    Role, ScriptedModel, ShellOutput, Toolbox, Trajectory, VirtualRepo, VirtualShell, run_agent,
 };
 
 fn example(name: &str) -> VirtualRepo {
@@ -295,6 +295,63 @@ fn the_observer_can_abort_and_sees_every_event() {
     assert_eq!((steps, tools), (2, 1));
     assert!(text.starts_with("<think>\nThe century rule"));
     assert_eq!(t.patch, "", "the edit of step 2 never ran");
+}
+
+/// An abort between two tool calls of one reply, from either callback: the calls not run yet
+/// are answered "not run", so every call has its reply and the conversation can continue.
+#[test]
+fn an_abort_between_tool_calls_answers_every_call() {
+    let reply = format!(
+        "{}\n{}\n{}",
+        call("Glob", serde_json::json!({"pattern": "*.py"})),
+        call("Bash", serde_json::json!({"command": "echo hi"})),
+        call(
+            "Read",
+            serde_json::json!({"file_path": "/repo/calendar_utils.py"})
+        )
+    );
+    for stop_at_finish in [false, true] {
+        let mut model = ScriptedModel::new("scripted", &[reply.as_str(), "never asked"]);
+        let mut repo = example("leap-year");
+        let mut toolbox = Toolbox::new(Box::new(VirtualShell::new()));
+        let mut ran = Vec::new();
+        let t = pollster::block_on(run_agent(
+            &mut model,
+            &mut repo,
+            &mut toolbox,
+            "task",
+            &AgentConfig::default(),
+            &mut |e| match e {
+                AgentEvent::ToolStarted(call) => stop_at_finish || call.name != "Bash",
+                AgentEvent::ToolFinished(record) => {
+                    ran.push(record.call.as_ref().unwrap().name.clone());
+                    !stop_at_finish
+                }
+                _ => true,
+            },
+        ))
+        .unwrap();
+        assert_eq!(t.exit, Some(Exit::Aborted));
+        assert_eq!(ran, ["Glob"]);
+        let calls = &t.steps[0].calls;
+        assert_eq!(calls.len(), 3);
+        assert!(!calls[0].is_error);
+        for not_run in &calls[1..] {
+            assert!(not_run.is_error);
+            assert_eq!(
+                not_run.observation,
+                "Not run: the run was stopped before this call."
+            );
+        }
+        // The assistant's three calls, then a reply to each.
+        let tail: Vec<_> = t.messages[2..].iter().map(|m| m.role).collect();
+        assert_eq!(
+            tail,
+            [Role::Assistant, Role::Tool, Role::Tool, Role::Tool],
+            "{stop_at_finish}"
+        );
+        assert_eq!(t.messages[2].tool_calls.len(), 3);
+    }
 }
 
 /// A terminal that answers the first command and refuses the rest, recording what it was asked.

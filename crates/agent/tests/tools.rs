@@ -814,7 +814,14 @@ mod native {
             "{:?}",
             start.elapsed()
         );
-        assert_eq!(obs, Observation::ok("started"));
+        // The subshell and its sleep, named so the model knows its job is gone.
+        assert_eq!(
+            obs,
+            Observation::ok(
+                "started\n\n[2 processes the command left running in the background were \
+                 stopped when it ended]"
+            )
+        );
         // Past the moment the job would have written its marker.
         std::thread::sleep(Duration::from_millis(2500).saturating_sub(start.elapsed()));
         assert!(

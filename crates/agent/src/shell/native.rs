@@ -4,14 +4,18 @@
 //! Each command runs in a process group of its own, so the whole tree it starts — pipelines,
 //! background jobs, their children — can be stopped together: on timeout, and also as soon as
 //! the shell itself exits, so no stray process outlives its command or keeps its output pipe
-//! open. (A process that leaves the group on purpose, e.g. with `setsid`, is out of reach
-//! unless the shell is sandboxed: see [`Sandbox`], whose PID namespace takes everything down.)
+//! open. A process that leaves the group (`setsid`, `setpgid`, GNU `timeout`) is still found:
+//! every command's processes inherit a `LILYPAD_COMMAND` variable naming the command, and on
+//! Linux the shell stops every process whose environment carries it. Only a process that both
+//! leaves the group and replaces its whole environment (`env -i setsid …`) escapes that; the
+//! [`Sandbox`]'s PID namespace takes down everything, however it detached.
 
 use std::collections::VecDeque;
 use std::io::{self, PipeReader, PipeWriter, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
@@ -69,7 +73,12 @@ impl NativeShell {
         self
     }
 
-    fn spawn(&self, command: &str, out: &PipeWriter) -> io::Result<(Child, Option<PidsCgroup>)> {
+    fn spawn(
+        &self,
+        command: &str,
+        tag: &str,
+        out: &PipeWriter,
+    ) -> io::Result<(Child, Option<PidsCgroup>)> {
         let mut last_error = None;
         let shells: &[&str] = match &self.sandbox {
             Sandbox::Off => &["bash", "sh"],
@@ -90,6 +99,7 @@ impl NativeShell {
                 .env("GIT_PAGER", "cat")
                 .env("GIT_TERMINAL_PROMPT", "0")
                 .envs(self.env.iter().map(|(k, v)| (k, v)))
+                .env(COMMAND_TAG, tag)
                 .spawn();
             match spawned {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => last_error = Some(e),
@@ -117,7 +127,8 @@ impl Shell for NativeShell {
             Ok(pipe) => pipe,
             Err(e) => return failed(format!("could not create an output pipe: {e}")),
         };
-        let spawned = self.spawn(command, &writer);
+        let tag = command_tag();
+        let spawned = self.spawn(command, &tag, &writer);
         // Only the command may hold the write end, or reading would never see its end.
         drop(writer);
         // The cgroup (if any) is removed when this goes out of scope, after the kill below.
@@ -154,14 +165,29 @@ impl Shell for NativeShell {
             thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(20));
         };
+        // What the command left running once its shell was done (background jobs, detached
+        // processes): reported, then stopped with the rest.
+        let left_running = if timed_out || too_many.is_some() {
+            0
+        } else {
+            tagged_processes(&tag).len()
+        };
         // The shell is not reaped yet, so its pid still names the group and cannot be reused.
         kill_group(child.id());
+        kill_tagged(&tag);
         let status = child.wait();
         let _ = done.recv_timeout(DRAIN_GRACE);
         let mut output = capture
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .text();
+        if left_running > 0 {
+            let s = if left_running == 1 { "" } else { "es" };
+            output.push_str(&format!(
+                "\n[{left_running} process{s} the command left running in the background {} stopped when it ended]",
+                if left_running == 1 { "was" } else { "were" }
+            ));
+        }
         if let Some(max) = too_many {
             output.push_str(&format!(
                 "\n[the command started more than {max} processes at once; all of them were killed]"
@@ -209,6 +235,60 @@ fn kill_group(pid: u32) {
         // SAFETY: plain system call; ESRCH (nothing left in the group) is the expected outcome
         // once everything has exited.
         unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+}
+
+/// The variable that names a command in the environment of every process it starts.
+const COMMAND_TAG: &str = "LILYPAD_COMMAND";
+
+/// A name no other command of this process (or any other) shares.
+fn command_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Live processes whose environment carries `COMMAND_TAG=tag` (Linux: `/proc/PID/environ`,
+/// readable for our own processes; a process that exited but is not reaped has none).
+fn tagged_processes(tag: &str) -> Vec<libc::pid_t> {
+    let entry = format!("{COMMAND_TAG}={tag}");
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
+        })
+        .collect()
+}
+
+/// Kills every process tagged with `tag`, scanning again until a scan finds none (a process
+/// that forked while the last one ran is caught by the next). Each round stops them all before
+/// killing any, so none can start more in between.
+fn kill_tagged(tag: &str) {
+    for _ in 0..100 {
+        let found = tagged_processes(tag);
+        if found.is_empty() {
+            return;
+        }
+        for &pid in &found {
+            // SAFETY: plain system calls on pids just read from /proc; ESRCH (gone since) is fine.
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+        }
+        for &pid in &found {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -5,7 +5,7 @@
 //! nothing" would silently mean "prepend" or "overwrite".
 
 use super::args::{Args, Kind, Param, Spec};
-use super::{file_bytes, is_binary, resolve};
+use super::{resolve, text_file};
 use crate::Repository;
 
 pub(super) const SPEC: Spec = Spec {
@@ -47,7 +47,7 @@ pub(super) fn run(repo: &mut dyn Repository, args: &Args) -> Result<String, Stri
     if old == new {
         return Err("No changes to make: old_string and new_string are exactly the same.".into());
     }
-    let existing = file_bytes(repo, &path)?;
+    let existing = text_file(repo, &path, "Edit changes")?;
     let write = |repo: &mut dyn Repository, text: &str| {
         repo.write(&path, text.as_bytes())
             .map_err(|e| e.to_string())
@@ -71,11 +71,6 @@ pub(super) fn run(repo: &mut dyn Repository, args: &Args) -> Result<String, Stri
     }
 
     let data = existing.ok_or_else(|| format!("File does not exist: {shown}"))?;
-    if is_binary(&data) {
-        return Err(format!(
-            "{shown} is a binary file; Edit changes text files only."
-        ));
-    }
     let text = String::from_utf8(data)
         .map_err(|_| format!("{shown} is not valid UTF-8 text; Edit changes UTF-8 files only."))?;
 

@@ -14,7 +14,7 @@ mod write;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{EntryKind, ExternalShell, RepoPath, Repository, Shell, ToolCall};
+use crate::{EntryKind, ExternalShell, RepoError, RepoPath, Repository, Shell, ToolCall};
 use args::Spec;
 
 /// What a tool answers; the model reads `content` as the tool's reply.
@@ -150,19 +150,59 @@ fn resolve(repo: &dyn Repository, input: &str) -> Result<(RepoPath, String), Str
     Ok((path, shown))
 }
 
-/// A file's bytes, or `None` when nothing is there; a folder is an error that points to Glob.
-fn file_bytes(repo: &dyn Repository, path: &RepoPath) -> Result<Option<Vec<u8>>, String> {
+/// The largest file Read and Edit load whole; bigger ones are looked at in parts with Bash.
+pub(crate) const MAX_FILE_BYTES: u64 = 32 << 20;
+
+/// A text file's bytes, or `None` when nothing is there. A folder, a special file, a binary file
+/// or one over [`MAX_FILE_BYTES`] is an error naming what the model can do instead (`what` says
+/// what the tool does: "Read shows", "Edit changes"); size and binary-ness are checked before
+/// the file is read whole.
+fn text_file(
+    repo: &dyn Repository,
+    path: &RepoPath,
+    what: &str,
+) -> Result<Option<Vec<u8>>, String> {
     let shown = path.display_under(repo.root());
     match repo.kind(path) {
-        None => Ok(None),
-        Some(EntryKind::Dir) => Err(format!(
-            "{shown} is a directory, not a file. Use Glob to find files in it."
-        )),
-        Some(EntryKind::File) => repo.read(path).map(Some).map_err(|e| e.to_string()),
+        Some(EntryKind::Dir) => {
+            return Err(format!(
+                "{shown} is a directory, not a file. Use Glob to find files in it."
+            ));
+        }
+        // Neither file nor folder: missing, or a FIFO, socket or device the repository names.
+        None => {
+            return match repo.file_len(path) {
+                Err(RepoError::NotFound(_)) => Ok(None),
+                Err(e) => Err(e.to_string()),
+                Ok(_) => Ok(None),
+            };
+        }
+        Some(EntryKind::File) => {}
     }
+    let len = repo.file_len(path).map_err(|e| e.to_string())?;
+    let head = repo
+        .read_head(path, BINARY_PROBE_BYTES)
+        .map_err(|e| e.to_string())?;
+    if is_binary(&head) {
+        return Err(format!(
+            "{shown} is a binary file ({len} bytes); {what} text files only."
+        ));
+    }
+    if len > MAX_FILE_BYTES {
+        return Err(format!(
+            "{shown} is {:.1} MiB, more than the {} MiB that {what} whole. Look at parts of it \
+             with Bash: `grep -n PATTERN`, `head -n 100` or `sed -n '100,200p'`.",
+            len as f64 / (1 << 20) as f64,
+            MAX_FILE_BYTES >> 20
+        ));
+    }
+    repo.read(path).map(Some).map_err(|e| e.to_string())
 }
+
+/// How far into a file binary-ness is judged.
+const BINARY_PROBE_BYTES: usize = 8192;
 
 /// Text files only: a NUL byte in the first 8 KiB is how `grep` and `git` spot binary files too.
 fn is_binary(data: &[u8]) -> bool {
-    data.iter().take(8192).any(|&b| b == 0)
+    data.iter().take(BINARY_PROBE_BYTES).any(|&b| b == 0)
 }

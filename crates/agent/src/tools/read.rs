@@ -1,7 +1,7 @@
 //! `Read`: a file's lines numbered as `cat -n` prints them.
 
 use super::args::{Args, Kind, Param, Spec};
-use super::{file_bytes, is_binary, resolve};
+use super::{resolve, text_file};
 use crate::Repository;
 
 pub(super) const DEFAULT_LIMIT: u64 = 2000;
@@ -40,15 +40,10 @@ Usage:\n\
 
 pub(super) fn run(repo: &dyn Repository, args: &Args) -> Result<String, String> {
     let (path, shown) = resolve(repo, args.text("file_path"))?;
-    let data = file_bytes(repo, &path)?.ok_or_else(|| format!("File does not exist: {shown}"))?;
+    let data = text_file(repo, &path, "Read shows")?
+        .ok_or_else(|| format!("File does not exist: {shown}"))?;
     if data.is_empty() {
         return Ok(format!("The file {shown} exists but is empty."));
-    }
-    if is_binary(&data) {
-        return Err(format!(
-            "{shown} is a binary file ({} bytes); Read shows text files only.",
-            data.len()
-        ));
     }
     // Invalid UTF-8 in an otherwise textual file (a Latin-1 comment) shows as U+FFFD rather than
     // hiding the whole file.
