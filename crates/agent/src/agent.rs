@@ -35,7 +35,7 @@ impl Default for AgentConfig {
         Self {
             system_prompt: DEFAULT_SYSTEM_PROMPT.into(),
             max_steps: 30,
-            max_tokens_per_step: 4096,
+            max_tokens_per_step: 2048,
             max_consecutive_format_errors: 3,
             sampling: Sampling::default(),
             enable_thinking: true,

@@ -29,6 +29,11 @@ pub enum RepoError {
         "`{path}` is a {what}, not a regular file; the file tools read and write regular files only"
     )]
     NotARegularFile { path: String, what: &'static str },
+    #[error(
+        "cannot write `{path}`: the repository would hold more than its limit of {limit} bytes; \
+         remove files you made or write less"
+    )]
+    RepositoryFull { path: String, limit: u64 },
     #[error("archive: {0}")]
     Archive(String),
     #[error("patch: {0}")]

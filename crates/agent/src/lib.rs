@@ -34,10 +34,10 @@ pub use path::RepoPath;
 pub use reply::{Reply, parse_reply};
 pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot, Stamp};
 pub use scripted::ScriptedModel;
+#[cfg(unix)]
+pub use shell::{CommandTag, NativeShell, Sandbox, SandboxError, SandboxLimits};
 pub use shell::{ExternalShell, Shell, ShellOutput};
 pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
-#[cfg(unix)]
-pub use shell::{NativeShell, Sandbox, SandboxError, SandboxLimits};
 pub use tools::{Observation, Toolbox, tool_names, tool_schemas};
 pub use trajectory::{CallRecord, Exit, StepRecord, Trajectory};
-pub use virtual_repo::VirtualRepo;
+pub use virtual_repo::{DEFAULT_MAX_REPO_BYTES, VirtualRepo};

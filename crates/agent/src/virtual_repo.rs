@@ -20,7 +20,13 @@ pub struct VirtualRepo {
     baseline: Snapshot,
     undo: VecDeque<UndoStep>,
     undo_bytes: usize,
+    /// The most the files may hold together; a write past it fails.
+    max_bytes: u64,
 }
+
+/// What an in-memory repository holds at most unless told otherwise: a command writing without
+/// end fails with an error rather than exhausting the machine's memory.
+pub const DEFAULT_MAX_REPO_BYTES: u64 = 1 << 30;
 
 /// The state of what one mutation could touch, taken before it ran: every file and folder below
 /// each scope, and whether each scope's ancestor folders existed. Restoring it puts exactly
@@ -75,7 +81,14 @@ impl VirtualRepo {
             baseline: Snapshot::new(),
             undo: VecDeque::new(),
             undo_bytes: 0,
+            max_bytes: DEFAULT_MAX_REPO_BYTES,
         }
+    }
+
+    /// Caps the files' total size at `bytes`.
+    pub fn with_max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes;
+        self
     }
 
     /// Takes the current files as the baseline that [`VirtualRepo::diff`] compares against.
@@ -275,6 +288,18 @@ impl VirtualRepo {
     fn write_file(&mut self, path: &RepoPath, data: Vec<u8>) -> Result<(), RepoError> {
         if self.kind(path) == Some(EntryKind::Dir) {
             return Err(RepoError::IsADirectory(self.shown(path)));
+        }
+        let others: u64 = self
+            .files
+            .iter()
+            .filter(|(p, _)| *p != path)
+            .map(|(_, d)| d.len() as u64)
+            .sum();
+        if others + data.len() as u64 > self.max_bytes {
+            return Err(RepoError::RepositoryFull {
+                path: self.shown(path),
+                limit: self.max_bytes,
+            });
         }
         self.add_parents(path)?;
         self.files.insert(path.clone(), data);

@@ -3,11 +3,15 @@
 //! ends with an observation, every run with its trajectory, and no process outlives its command.
 #![cfg(target_os = "linux")]
 
+mod common;
+
 use std::cell::Cell;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use common::survivors;
 
 use lilypad_agent::{
     AgentConfig, DirEntry, DiskRepo, EntryKind, Exit, NativeShell, RepoError, RepoPath, Repository,
@@ -362,26 +366,6 @@ fn build_outputs_and_ignored_files_stay_out_of_the_patch() {
     );
 }
 
-/// Processes whose command line holds `marker`, anywhere on the machine.
-fn processes_with(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .count()
-}
-
-fn wait_for_none(marker: &str) -> usize {
-    let t0 = Instant::now();
-    while processes_with(marker) > 0 && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    processes_with(marker)
-}
-
 #[test]
 fn detached_processes_die_without_a_sandbox() {
     let dir = tempfile::tempdir().unwrap();
@@ -403,7 +387,7 @@ fn detached_processes_die_without_a_sandbox() {
     );
     assert!(out.output.contains("started"), "{out:?}");
     assert!(out.output.contains("left running"), "{out:?}");
-    assert_eq!(wait_for_none(&marker), 0, "a sleeper outlived its command");
+    assert_eq!(survivors(&marker), 0, "a sleeper outlived its command");
     // A foreground `timeout` past the tool's own timeout: stopped, and on time.
     let t0 = Instant::now();
     let out = shell.run(
@@ -413,5 +397,5 @@ fn detached_processes_die_without_a_sandbox() {
     );
     assert!(out.timed_out && !out.output.contains("after"), "{out:?}");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert_eq!(wait_for_none(&marker), 0, "a sleeper outlived the timeout");
+    assert_eq!(survivors(&marker), 0, "a sleeper outlived the timeout");
 }

@@ -944,3 +944,31 @@ fn picked_files_import_like_an_archive() {
             .contains("more than 4 bytes")
     );
 }
+
+/// An in-memory repository refuses a write past its size limit, leaving what it held, and the
+/// virtual shell's commands meet the same limit.
+#[test]
+fn virtual_repo_is_bounded() {
+    let mut r = VirtualRepo::new("/repo").with_max_bytes(1000);
+    r.write(&p("a.txt"), &[b'a'; 600]).unwrap();
+    // Replacing a file counts its new size, not both.
+    r.write(&p("a.txt"), &[b'b'; 900]).unwrap();
+    let err = r.write(&p("b.txt"), &[b'c'; 200]).unwrap_err();
+    assert!(
+        matches!(err, RepoError::RepositoryFull { limit: 1000, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("/repo/b.txt"), "{err}");
+    assert_eq!(r.kind(&p("b.txt")), None);
+    assert_eq!(r.read(&p("a.txt")).unwrap(), vec![b'b'; 900]);
+    let mut shell = lilypad_agent::VirtualShell::new();
+    let out = lilypad_agent::Shell::run(
+        &mut shell,
+        &mut r,
+        "seq 1 1000 > numbers.txt; echo status $?",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(out.output.contains("more than its limit"), "{out:?}");
+    // As on a full disk, the redirection made the file before the write failed.
+    assert_eq!(r.read(&p("numbers.txt")).unwrap(), b"");
+}

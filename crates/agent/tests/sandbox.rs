@@ -5,11 +5,14 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::{processes_with, survivors};
 use lilypad_agent::{NativeShell, Sandbox, SandboxLimits, Shell, ShellOutput, VirtualRepo};
 
 struct World {
@@ -55,23 +58,6 @@ fn world(limits: SandboxLimits) -> Option<World> {
 fn run(w: &mut World, command: &str, timeout: Duration) -> ShellOutput {
     let mut repo = VirtualRepo::new("/repo");
     w.shell.run(&mut repo, command, timeout)
-}
-
-/// Processes whose command line holds `marker`, anywhere on the machine.
-fn processes_with(marker: &str) -> usize {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|s| s.parse::<u32>().is_ok())
-        })
-        .filter(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .count()
 }
 
 fn p(path: &Path) -> String {
@@ -206,11 +192,7 @@ fn detached_children_die_with_the_command() {
         T,
     );
     assert!(out.output.contains("started"), "{out:?}");
-    let t0 = Instant::now();
-    while processes_with(&marker) > 0 && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(processes_with(&marker), 0, "a sleeper outlived its command");
+    assert_eq!(survivors(&marker), 0, "a sleeper outlived its command");
     // And on timeout: the whole tree is killed, the run ends on time.
     let t0 = Instant::now();
     let out = run(

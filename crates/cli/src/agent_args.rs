@@ -6,19 +6,19 @@ use lilypad_agent::{AgentConfig, Sampling};
 /// How the agent runs: its step and token budgets and the sampling of its replies.
 #[derive(Args, Clone, Debug)]
 pub struct AgentArgs {
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = AgentConfig::default().max_steps)]
     pub max_steps: usize,
     /// Token budget of one model reply.
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = AgentConfig::default().max_tokens_per_step)]
     pub max_tokens_per_step: usize,
     /// Ask the model to answer without a thinking phase.
     #[arg(long)]
     pub no_thinking: bool,
-    #[arg(long, default_value_t = 0.6)]
+    #[arg(long, default_value_t = Sampling::default().temperature)]
     pub temperature: f32,
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = Sampling::default().top_p)]
     pub top_p: f32,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = Sampling::default().top_k)]
     pub top_k: u32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

@@ -1,11 +1,17 @@
 //! `lilypad agent-stdio`: the coding agent as a child process speaking JSON lines, for editors
-//! (the VS Code extension's native path). The first line on stdin is the request; later lines may
-//! say `{"type":"cancel"}`. The agent works on an in-memory snapshot of the files with the
-//! browser's shell, so nothing is written to disk: the answer is the changed files, the patch and
-//! the trajectory, and the editor decides what to apply. Every line on stdout is one [`Event`];
-//! stderr carries only human-readable diagnostics.
+//! (the VS Code extension's native path). The agent works on an in-memory snapshot of the files
+//! with the browser's shell, so nothing is written to disk: the answer is the changed files, the
+//! patch and the trajectory, and the editor decides what to apply. Every line on stdout is one
+//! [`Event`]; stderr carries only human-readable diagnostics.
+//!
+//! stdin: the first line is the request. After it, only a `{"type":"cancel"}` line stops the
+//! run; other lines are ignored, and closing stdin changes nothing (an editor may close it
+//! once the request is sent). An editor that goes away is noticed when writing to stdout
+//! fails, which cancels the run as well. Every failure, a request that is not UTF-8 included,
+//! ends with one `error` event and exit status 2.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,9 +20,9 @@ use std::time::Duration;
 use clap::Args;
 use lilypad_agent::archive::{ImportLimits, import_dir};
 use lilypad_agent::{
-    AgentConfig, AgentEvent, Change, FileChange, LanguageModel, ProgramIo, PythonRunner, RepoError,
-    RepoPath, Repository, Sampling, Sandbox, ScriptedModel, Snapshot, Toolbox, Trajectory,
-    VersionControl, VirtualRepo, VirtualShell, run_agent,
+    AgentConfig, AgentEvent, Change, CommandTag, FileChange, LanguageModel, ProgramIo,
+    PythonRunner, RepoError, RepoPath, Repository, Sampling, Sandbox, ScriptedModel, Snapshot,
+    Toolbox, Trajectory, VersionControl, VirtualRepo, VirtualShell, run_agent,
 };
 use lilypad_chat::ChatSession;
 use serde::{Deserialize, Serialize};
@@ -105,7 +111,7 @@ impl Default for Settings {
         let config = AgentConfig::default();
         Self {
             max_steps: config.max_steps,
-            max_tokens_per_step: 2048,
+            max_tokens_per_step: config.max_tokens_per_step,
             thinking: config.enable_thinking,
             temperature: config.sampling.temperature,
             top_p: config.sampling.top_p,
@@ -181,8 +187,12 @@ pub enum Event {
 pub struct FileResult {
     pub path: String,
     pub change: &'static str,
-    /// The new contents; `None` for a deleted file or one that is not UTF-8 text.
+    /// The new contents; `None` for a deleted file, one that is not UTF-8 text, or one too
+    /// large to send (`too_large`).
     pub text: Option<String>,
+    /// The contents were left out for their size: the change is named, not carried.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub too_large: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -204,28 +214,37 @@ pub struct Failure(pub ErrorCode, pub String);
 pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
     let AgentArgs {} = args;
     let stdout = std::io::stdout();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let gone = cancel.clone();
     let mut emit = |event: &Event| {
         let mut out = stdout.lock();
-        // A closed stdout means the editor went away; the cancel flag stops the run then.
-        let _ = serde_json::to_writer(&mut out, event);
-        let _ = out.write_all(b"\n");
-        let _ = out.flush();
+        let written = serde_json::to_writer(&mut out, event)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush());
+        // A closed stdout means the editor went away: stop the run.
+        if written.is_err() {
+            gone.store(true, Ordering::SeqCst);
+        }
     };
-    let mut first = String::new();
-    std::io::stdin().lock().read_line(&mut first)?;
-    let cancel = Arc::new(AtomicBool::new(false));
+    let mut first = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(MAX_REQUEST_BYTES + 1)
+        .read_until(b'\n', &mut first)?;
     let flag = cancel.clone();
-    // Later lines may cancel; end of input means the editor closed the pipe, which cancels too.
     std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            let Ok(line) = line else { break };
-            if serde_json::from_str::<Value>(&line).is_ok_and(|v| v["type"] == "cancel") {
-                break;
+        // Only an explicit cancel stops the run; end of input does not.
+        for line in std::io::stdin().lock().split(b'\n') {
+            let Ok(line) = line else { return };
+            if serde_json::from_slice::<Value>(&line).is_ok_and(|v| v["type"] == "cancel") {
+                flag.store(true, Ordering::SeqCst);
+                return;
             }
         }
-        flag.store(true, Ordering::SeqCst);
     });
-    match serve(&first, &cancel, &mut emit) {
+    let served = request_text(&first).and_then(|line| serve(line, &cancel, &mut emit));
+    match served {
         Ok(()) => Ok(()),
         Err(Failure(code, message)) => {
             emit(&Event::Error {
@@ -235,6 +254,28 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<()> {
             std::process::exit(2);
         }
     }
+}
+
+/// The longest request line read: the files of a `files` repository are in it.
+const MAX_REQUEST_BYTES: u64 = 512 << 20;
+
+/// The first line of stdin as text, or why it is no request.
+fn request_text(line: &[u8]) -> Result<&str, Failure> {
+    if line.len() as u64 > MAX_REQUEST_BYTES {
+        return Err(Failure(
+            ErrorCode::BadRequest,
+            format!(
+                "the request line is longer than {} MiB",
+                MAX_REQUEST_BYTES >> 20
+            ),
+        ));
+    }
+    std::str::from_utf8(line).map_err(|e| {
+        Failure(
+            ErrorCode::BadRequest,
+            format!("the request is not UTF-8 text (byte {})", e.valid_up_to()),
+        )
+    })
 }
 
 /// Reads `line` as a request and runs it, reporting through `emit`.
@@ -339,17 +380,26 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             )?
         }
     };
+    let mut text_budget = MAX_CHANGES_TEXT_BYTES;
     let changes = repo
         .changed_files()
         .into_iter()
         .map(|(path, change)| {
-            let text = match change {
+            let mut text = match change {
                 Change::Deleted => None,
                 _ => repo
                     .read(&path)
                     .ok()
                     .and_then(|d| String::from_utf8(d).ok()),
             };
+            // Past the limits a change is named without its contents (the patch names it too).
+            let too_large = text
+                .as_ref()
+                .is_some_and(|t| t.len() > MAX_CHANGE_TEXT_BYTES || t.len() > text_budget);
+            if too_large {
+                text = None;
+            }
+            text_budget -= text.as_ref().map_or(0, String::len);
             let change = match change {
                 Change::Added => "added",
                 Change::Modified => "modified",
@@ -359,6 +409,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 path: path.as_str().into(),
                 change,
                 text,
+                too_large,
             }
         })
         .collect();
@@ -431,6 +482,14 @@ const LIMITS: ImportLimits = ImportLimits {
     max_total_bytes: 256 << 20,
 };
 
+/// What the in-memory repository may grow to while the agent works.
+const MAX_REPO_BYTES: u64 = 512 << 20;
+
+/// A changed file's new text is sent whole up to this size; a larger one is named without it.
+const MAX_CHANGE_TEXT_BYTES: usize = 8 << 20;
+/// The texts of all changed files together, in the `done` event.
+const MAX_CHANGES_TEXT_BYTES: usize = 32 << 20;
+
 fn load_repo(root: &str, spec: RepoSpec) -> Result<VirtualRepo, RepoError> {
     if !root.starts_with('/') {
         return Err(RepoError::InvalidPath {
@@ -438,17 +497,25 @@ fn load_repo(root: &str, spec: RepoSpec) -> Result<VirtualRepo, RepoError> {
             reason: "the root must be absolute, like /repo",
         });
     }
-    match spec {
-        RepoSpec::Folder(folder) => import_dir(root, &folder, LIMITS),
+    if root.trim_matches('/').is_empty() {
+        return Err(RepoError::InvalidPath {
+            path: root.into(),
+            reason: "the root must be a folder below /, like /repo",
+        });
+    }
+    let repo = match spec {
+        RepoSpec::Folder(folder) => import_dir(root, &folder, LIMITS)?,
         RepoSpec::Files(files) => {
-            let mut repo = VirtualRepo::new(root);
+            let mut repo = VirtualRepo::new(root).with_max_bytes(MAX_REPO_BYTES);
             for f in files {
                 repo.write(&RepoPath::new(&f.path)?, f.text.as_bytes())?;
             }
             repo.set_baseline();
-            Ok(repo)
+            repo
         }
-    }
+    };
+    // What the run's commands may add on top of what was loaded.
+    Ok(repo.with_max_bytes(MAX_REPO_BYTES))
 }
 
 fn scripted(path: &Path) -> Result<ScriptedModel, String> {
@@ -591,42 +658,48 @@ fn run_python(
             .join(" ")
     );
     let (mut cmd, _cgroup) = sandbox.command(&dir, &script);
+    // Its own process group and a tag in every descendant's environment: on timeout the whole
+    // tree dies, however it detached, and no grandchild keeps the output pipes open.
+    let tag = CommandTag::new();
+    tag.apply(&mut cmd);
     cmd.env("PYTHONDONTWRITEBYTECODE", "1")
+        .process_group(0)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {python}: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(io.stdin());
-    }
-    // Drain both pipes on threads so a chatty program cannot block on a full pipe.
-    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
-    let err = drain(child.stderr.take().map(|s| Box::new(s) as _));
+    let input = io.stdin().to_vec();
+    let stdin = child.stdin.take();
+    // Fed from a thread: a program that never reads its input must not block this one.
+    std::thread::spawn(move || {
+        if let Some(mut stdin) = stdin {
+            let _ = stdin.write_all(&input);
+        }
+    });
+    let out = drain_capped(child.stdout.take());
+    let err = drain_capped(child.stderr.take());
     let started = std::time::Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
             break Some(status);
         }
         if started.elapsed() > PYTHON_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
             break None;
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    io.write_stdout(&out.join().unwrap_or_default());
-    io.write_stderr(&err.join().unwrap_or_default());
+    // Whatever the program left running goes with it (the child is not reaped yet).
+    tag.kill_tree(child.id());
+    let _ = child.wait();
+    let collect = |drained: std::sync::mpsc::Receiver<Vec<u8>>| {
+        drained
+            .recv_timeout(Duration::from_millis(500))
+            .unwrap_or_default()
+    };
+    io.write_stdout(&collect(out));
+    io.write_stderr(&collect(err));
     // Bring the program's file changes back into the snapshot.
     let after = import_dir(repo.root(), &dir, LIMITS).map_err(|e| e.to_string())?;
     let after = after.baseline();
@@ -645,6 +718,41 @@ fn run_python(
             Ok(124)
         }
     }
+}
+
+/// What one stream of a Python run keeps; the rest is counted and dropped.
+const PYTHON_OUTPUT_LIMIT: usize = 1 << 20;
+
+/// Reads `stream` to its end on a thread, keeping its first [`PYTHON_OUTPUT_LIMIT`] bytes and
+/// a note of how many more there were.
+fn drain_capped(stream: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut dropped = 0u64;
+        if let Some(mut stream) = stream {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match stream.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let room = (PYTHON_OUTPUT_LIMIT - kept.len()).min(n);
+                        kept.extend_from_slice(&buf[..room]);
+                        dropped += (n - room) as u64;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        if dropped > 0 {
+            kept.extend_from_slice(
+                format!("\n[... {dropped} more bytes of output dropped ...]\n").as_bytes(),
+            );
+        }
+        let _ = send.send(kept);
+    });
+    receive
 }
 
 /// `s` as one word for `bash -c`.

@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use lilypad_agent::{
-    AgentEvent, DiskRepo, NativeShell, Repository, Sandbox, Toolbox, Trajectory, run_agent,
+    AgentEvent, Completion, DiskRepo, LanguageModel, ModelError, NativeShell, Repository, Request,
+    Sandbox, ScriptedModel, TokenSink, Toolbox, Trajectory, run_agent,
 };
 use lilypad_chat::ChatSession;
 
@@ -16,7 +17,12 @@ use lilypad_cli::{AgentArgs, Loaded, ModelArgs};
 #[derive(Args)]
 pub struct SolveArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    model: Option<ModelArgs>,
+    /// Instead of a model, reply with these texts in turn: a JSON array of reply texts, or a
+    /// recorded trajectory.json (its steps' raw outputs). Runs the real repository, shell and
+    /// sandbox, so a run can be reproduced, or the native path tried, without a model.
+    #[arg(long, value_name = "FILE", conflicts_with = "model")]
+    replay: Option<PathBuf>,
     /// The repository folder the agent works in (its files are edited in place).
     #[arg(long)]
     repo: PathBuf,
@@ -71,23 +77,34 @@ pub fn run(args: &SolveArgs) -> Result<()> {
         None => default_out_dir(&args.repo),
     };
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let loaded = Loaded::open(&args.model)?;
-    let name = Path::new(&args.model.model)
-        .file_name()
-        .map_or(args.model.model.clone(), |n| {
-            n.to_string_lossy().into_owned()
-        });
-    let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
+    let (mut model, name) = match (&args.model, &args.replay) {
+        (_, Some(file)) => {
+            let script = replay_script(file)?;
+            let name = script.name();
+            (Replier::Script(script), name)
+        }
+        (Some(model), None) => {
+            let loaded = Loaded::open(model)?;
+            let name = Path::new(&model.model)
+                .file_name()
+                .map_or(model.model.clone(), |n| n.to_string_lossy().into_owned());
+            let session = ChatSession::new(loaded.model, loaded.tok, &name)?;
+            (Replier::Model(Box::new(session)), name)
+        }
+        (None, None) => {
+            bail!("give --model (a model to run) or --replay (its replies from a file)")
+        }
+    };
     let shell = NativeShell::new(PathBuf::from(repo.root())).sandboxed(sandbox);
     let mut toolbox = Toolbox::new(Box::new(shell));
     let config = args.agent.config(args.agent.seed);
     let traj_path = out.join("trajectory.json");
     let patch_path = out.join("patch.diff");
-    let quiet = args.model.quiet;
+    let quiet = args.model.as_ref().is_some_and(|m| m.quiet);
     let mut write_error = None;
     let stderr = std::io::stderr();
     let trajectory = pollster::block_on(run_agent(
-        &mut session,
+        &mut model,
         &mut repo,
         &mut toolbox,
         &task,
@@ -154,6 +171,67 @@ pub fn run(args: &SolveArgs) -> Result<()> {
         eprintln!("prediction: {} ({id})", path.display());
     }
     Ok(())
+}
+
+/// What answers the agent: a loaded model, or replies read from a file.
+enum Replier {
+    Model(Box<ChatSession>),
+    Script(ScriptedModel),
+}
+
+impl LanguageModel for Replier {
+    fn name(&self) -> String {
+        match self {
+            Self::Model(m) => m.name(),
+            Self::Script(s) => s.name(),
+        }
+    }
+
+    fn context_length(&self) -> usize {
+        match self {
+            Self::Model(m) => m.context_length(),
+            Self::Script(s) => s.context_length(),
+        }
+    }
+
+    async fn complete(
+        &mut self,
+        request: &Request<'_>,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<Completion, ModelError> {
+        match self {
+            Self::Model(m) => m.complete(request, on_text).await,
+            Self::Script(s) => s.complete(request, on_text).await,
+        }
+    }
+}
+
+/// `--replay`: a JSON array of reply texts, or a trajectory whose replies are replayed.
+fn replay_script(file: &Path) -> Result<ScriptedModel> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    if let serde_json::Value::Array(items) = &value {
+        let texts = items
+            .iter()
+            .map(|item| item.as_str())
+            .collect::<Option<Vec<&str>>>()
+            .with_context(|| {
+                format!(
+                    "{}: a replay array holds reply texts (strings) only",
+                    file.display()
+                )
+            })?;
+        return Ok(ScriptedModel::new("replay", &texts));
+    }
+    let recorded = Trajectory::from_json(&text).with_context(|| {
+        format!(
+            "{} is neither a JSON array of reply texts nor a trajectory.json",
+            file.display()
+        )
+    })?;
+    Ok(ScriptedModel::from_trajectory(&recorded))
 }
 
 /// Appends one SWE-bench predictions line in a single write, so concurrent runs appending to

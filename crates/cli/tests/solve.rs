@@ -131,3 +131,101 @@ fn solve_without_a_sandbox_refuses_to_start() {
     );
     std::fs::remove_dir_all(&repo).unwrap();
 }
+
+fn copy_example(to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for name in ["calendar_utils.py", "test_calendar_utils.py"] {
+        std::fs::copy(
+            repo_root().join("examples/leap-year").join(name),
+            to.join(name),
+        )
+        .unwrap();
+    }
+}
+
+fn solve_replay(repo: &std::path::Path, replay: &std::path::Path, out: &std::path::Path) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_lilypad"))
+        .args([
+            "solve",
+            "--no-sandbox",
+            "--task",
+            "Fix the century rule.",
+            "--replay",
+        ])
+        .arg(replay)
+        .arg("--repo")
+        .arg(repo)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "{stderr}");
+    stderr
+}
+
+/// `--replay` runs the native agent (disk repository, real shell) on scripted replies, and a
+/// recorded trajectory replays to the same patch on a fresh copy.
+#[test]
+fn solve_replays_scripted_replies_and_recorded_runs() {
+    let work = tempfile::tempdir().unwrap();
+    let call = |name: &str, args: serde_json::Value| {
+        format!(
+            "<tool_call>\n{}\n</tool_call>",
+            serde_json::json!({"name": name, "arguments": args})
+        )
+    };
+    let script = serde_json::json!([
+        call(
+            "Edit",
+            serde_json::json!({
+                "file_path": "calendar_utils.py",
+                "old_string": "    if year % 100 == 0:\n        return True",
+                "new_string": "    if year % 100 == 0:\n        return year % 400 == 0"
+            })
+        ),
+        call(
+            "Bash",
+            serde_json::json!({"command": "grep -c 'return year % 400' calendar_utils.py"})
+        ),
+        "Fixed.",
+    ]);
+    let replay = work.path().join("replies.json");
+    std::fs::write(&replay, script.to_string()).unwrap();
+    let first = work.path().join("first");
+    copy_example(&first);
+    let stderr = solve_replay(&first, &replay, &work.path().join("run1"));
+    assert!(
+        stderr.contains("finished: Submitted after 3 steps"),
+        "{stderr}"
+    );
+    let patch = std::fs::read_to_string(work.path().join("run1/patch.diff")).unwrap();
+    assert!(patch.contains("+        return year % 400 == 0"), "{patch}");
+    let recorded = work.path().join("run1/trajectory.json");
+    let trajectory: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&recorded).unwrap()).unwrap();
+    assert_eq!(trajectory["steps"][1]["calls"][0]["observation"], "1");
+
+    let second = work.path().join("second");
+    copy_example(&second);
+    solve_replay(&second, &recorded, &work.path().join("run2"));
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("run2/patch.diff")).unwrap(),
+        patch
+    );
+
+    std::fs::write(&replay, "{\"not\": \"replies\"}").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_lilypad"))
+        .args(["solve", "--task", "t", "--replay"])
+        .arg(&replay)
+        .arg("--repo")
+        .arg(&second)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("neither a JSON array of reply texts nor a trajectory.json"),
+        "{stderr}"
+    );
+}

@@ -8,7 +8,7 @@
 #[cfg(unix)]
 mod native;
 #[cfg(unix)]
-pub use native::{DEFAULT_OUTPUT_LIMIT, NativeShell};
+pub use native::{CommandTag, DEFAULT_OUTPUT_LIMIT, NativeShell};
 #[cfg(unix)]
 mod sandbox;
 #[cfg(unix)]

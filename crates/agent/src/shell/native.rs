@@ -76,7 +76,7 @@ impl NativeShell {
     fn spawn(
         &self,
         command: &str,
-        tag: &str,
+        tag: &CommandTag,
         out: &PipeWriter,
     ) -> io::Result<(Child, Option<PidsCgroup>)> {
         let mut last_error = None;
@@ -88,6 +88,7 @@ impl NativeShell {
         };
         for &program in shells {
             let (mut cmd, cgroup) = self.sandbox.command_with(&self.dir, program, command);
+            tag.apply(&mut cmd);
             let spawned = cmd
                 .stdin(Stdio::null())
                 // Both streams write to one pipe, so the model sees them interleaved as written.
@@ -99,7 +100,6 @@ impl NativeShell {
                 .env("GIT_PAGER", "cat")
                 .env("GIT_TERMINAL_PROMPT", "0")
                 .envs(self.env.iter().map(|(k, v)| (k, v)))
-                .env(COMMAND_TAG, tag)
                 .spawn();
             match spawned {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => last_error = Some(e),
@@ -127,7 +127,7 @@ impl Shell for NativeShell {
             Ok(pipe) => pipe,
             Err(e) => return failed(format!("could not create an output pipe: {e}")),
         };
-        let tag = command_tag();
+        let tag = CommandTag::new();
         let spawned = self.spawn(command, &tag, &writer);
         // Only the command may hold the write end, or reading would never see its end.
         drop(writer);
@@ -170,11 +170,10 @@ impl Shell for NativeShell {
         let left_running = if timed_out || too_many.is_some() {
             0
         } else {
-            tagged_processes(&tag).len()
+            tag.processes().len()
         };
-        // The shell is not reaped yet, so its pid still names the group and cannot be reused.
-        kill_group(child.id());
-        kill_tagged(&tag);
+        // The shell is not reaped yet, so its pid still names the group.
+        tag.kill_tree(child.id());
         let status = child.wait();
         let _ = done.recv_timeout(DRAIN_GRACE);
         let mut output = capture
@@ -230,65 +229,94 @@ fn exited(child: &mut Child) -> bool {
     !matches!(child.try_wait(), Ok(None))
 }
 
+/// The variable that names a command in the environment of every process it starts.
+const COMMAND_TAG: &str = "LILYPAD_COMMAND";
+
+/// A name for one command's processes. Set in the command's environment, it is inherited
+/// through fork and exec, so a process that left the command's process group or session still
+/// carries it, and [`CommandTag::kill_all`] finds it (Linux: through `/proc`; elsewhere it
+/// finds nothing and the process group is all there is).
+pub struct CommandTag(String);
+
+impl CommandTag {
+    /// A name no other command of this process (or any other) shares.
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Self(format!(
+            "{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    /// Tags `command`: every process it starts carries the name.
+    pub fn apply(&self, command: &mut std::process::Command) {
+        command.env(COMMAND_TAG, &self.0);
+    }
+
+    /// Live processes carrying the name (one that exited but is not reaped has no environment
+    /// left, so it is not counted).
+    pub fn processes(&self) -> Vec<libc::pid_t> {
+        let entry = format!("{COMMAND_TAG}={}", self.0);
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        procs
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
+            })
+            .collect()
+    }
+
+    /// Kills the process group `leader` leads (the command was started in a group of its own)
+    /// and then every process carrying the name. Call it before reaping the leader, so its pid
+    /// still names the group and cannot have been reused.
+    pub fn kill_tree(&self, leader: u32) {
+        kill_group(leader);
+        self.kill_all();
+    }
+
+    /// Kills every process carrying the name, scanning again until a scan finds none (a process
+    /// that forked while the last one ran is caught by the next). Each round stops them all
+    /// before killing any, so none can start more in between.
+    pub fn kill_all(&self) {
+        for _ in 0..100 {
+            let found = self.processes();
+            if found.is_empty() {
+                return;
+            }
+            for &pid in &found {
+                // SAFETY: plain system calls on pids just read from /proc; ESRCH (gone since)
+                // is fine.
+                unsafe { libc::kill(pid, libc::SIGSTOP) };
+            }
+            for &pid in &found {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Default for CommandTag {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Kills the process group `pid` leads.
 fn kill_group(pid: u32) {
     if let Ok(pgid) = libc::pid_t::try_from(pid) {
         // SAFETY: plain system call; ESRCH (nothing left in the group) is the expected outcome
         // once everything has exited.
         unsafe { libc::killpg(pgid, libc::SIGKILL) };
-    }
-}
-
-/// The variable that names a command in the environment of every process it starts.
-const COMMAND_TAG: &str = "LILYPAD_COMMAND";
-
-/// A name no other command of this process (or any other) shares.
-fn command_tag() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// Live processes whose environment carries `COMMAND_TAG=tag` (Linux: `/proc/PID/environ`,
-/// readable for our own processes; a process that exited but is not reaped has none).
-fn tagged_processes(tag: &str) -> Vec<libc::pid_t> {
-    let entry = format!("{COMMAND_TAG}={tag}");
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    procs
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))
-        })
-        .collect()
-}
-
-/// Kills every process tagged with `tag`, scanning again until a scan finds none (a process
-/// that forked while the last one ran is caught by the next). Each round stops them all before
-/// killing any, so none can start more in between.
-fn kill_tagged(tag: &str) {
-    for _ in 0..100 {
-        let found = tagged_processes(tag);
-        if found.is_empty() {
-            return;
-        }
-        for &pid in &found {
-            // SAFETY: plain system calls on pids just read from /proc; ESRCH (gone since) is fine.
-            unsafe { libc::kill(pid, libc::SIGSTOP) };
-        }
-        for &pid in &found {
-            // SAFETY: as above.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        thread::sleep(Duration::from_millis(2));
     }
 }
 
