@@ -28,6 +28,14 @@ forbid lilypad-engine "${engine_users[@]}" lilypad-tokenizer
 # (wasm-bindgen may come in through platform shims such as web-time; web-sys may not.)
 forbid lilypad-agent lilypad-engine lilypad-gguf lilypad-tokenizer wgpu web-sys
 forbid lilypad-agent-wasm lilypad-engine wgpu
+# The agent's layers: the language-model interface, the repository and the shell know nothing
+# of each other's upper layers (lm ← chat, lm ← agent; repo ← shell ← agent).
+forbid lilypad-lm lilypad-repo lilypad-shell lilypad-agent lilypad-engine wgpu
+forbid lilypad-repo lilypad-lm lilypad-shell lilypad-agent lilypad-engine wgpu web-sys
+forbid lilypad-shell lilypad-lm lilypad-agent lilypad-engine wgpu web-sys
+# The chat session and the browser engine need only the model interface, not the agent.
+forbid lilypad-chat lilypad-agent lilypad-repo lilypad-shell
+forbid lilypad-wasm lilypad-agent lilypad-repo lilypad-shell
 # train-native sits on top: nothing of ours depends on it.
 for crate in lilypad-gguf lilypad-tokenizer lilypad-engine lilypad-chat lilypad-cli lilypad-agent; do
   forbid "$crate" lilypad-train

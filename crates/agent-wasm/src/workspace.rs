@@ -6,11 +6,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
+use lilypad_agent::Change;
 use lilypad_agent::archive::{self, ImportLimits};
-use lilypad_agent::patch::{self, Change};
 use lilypad_agent::{
-    AgentConfig, DirEntry, EntryKind, FileChange, Observation, PythonRunner, RepoError, RepoPath,
-    Repository, Snapshot, ToolCall, Toolbox, VersionControl, VirtualRepo, VirtualShell,
+    AgentConfig, DirEntry, EntryKind, Observation, PythonRunner, RepoError, RepoPath, Repository,
+    Snapshot, ToolCall, Toolbox, VersionControl, VirtualRepo, VirtualShell, diff_against,
+    status_against,
 };
 
 /// Where the model sees the project, and where Pyodide mounts it.
@@ -74,40 +75,17 @@ impl Repository for SharedRepo {
     }
 }
 
-/// `git diff` and `git status` against the files as imported.
-struct Baseline(SharedRepo);
+/// `git diff` and `git status` against the files as imported (the repository's own baseline,
+/// which a new import replaces).
+struct ImportedBaseline(SharedRepo);
 
-fn within(path: &RepoPath, scopes: &[RepoPath]) -> bool {
-    scopes.is_empty() || scopes.iter().any(|s| path.starts_with(s))
-}
-
-impl VersionControl for Baseline {
+impl VersionControl for ImportedBaseline {
     fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
-        let scoped = |s: &Snapshot| -> Snapshot {
-            s.iter()
-                .filter(|(p, _)| within(p, paths))
-                .map(|(p, d)| (p.clone(), d.clone()))
-                .collect()
-        };
-        let baseline = self.0.with(|r| scoped(r.baseline()));
-        Ok(patch::diff(&baseline, &scoped(&repo.snapshot()?)))
+        self.0.with(|r| diff_against(r.baseline(), repo, paths))
     }
 
-    fn status(&self, _repo: &dyn Repository) -> Result<Vec<(FileChange, RepoPath)>, RepoError> {
-        Ok(self
-            .0
-            .with(VirtualRepo::changed_files)
-            .into_iter()
-            .map(|(path, change)| (file_change(change), path))
-            .collect())
-    }
-}
-
-fn file_change(c: Change) -> FileChange {
-    match c {
-        Change::Added => FileChange::Added,
-        Change::Modified => FileChange::Modified,
-        Change::Deleted => FileChange::Deleted,
+    fn status(&self, repo: &dyn Repository) -> Result<Vec<(Change, RepoPath)>, RepoError> {
+        self.0.with(|r| status_against(r.baseline(), repo))
     }
 }
 
@@ -231,7 +209,8 @@ impl Workspace {
 }
 
 fn toolbox(repo: &SharedRepo, python: Option<Box<dyn PythonRunner>>) -> Toolbox {
-    let mut shell = VirtualShell::new().with_version_control(Box::new(Baseline(repo.clone())));
+    let mut shell =
+        VirtualShell::new().with_version_control(Box::new(ImportedBaseline(repo.clone())));
     shell.set_python(python);
     Toolbox::new(Box::new(shell))
 }

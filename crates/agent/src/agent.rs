@@ -6,12 +6,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::changes::{ChangeTracker, TrackLimits};
-use crate::model::{Completion, FinishReason, LanguageModel, ModelError, Request, Sampling};
 use crate::reply::parse_reply;
 use crate::tools::{Observation, Toolbox, tool_schemas};
 use crate::trajectory::{CallRecord, Exit, StepRecord, Trajectory};
 use crate::{Message, RepoError, Repository, Role, ToolCall};
+use lilypad_lm::{Completion, FinishReason, LanguageModel, ModelError, Request, Sampling};
+use lilypad_repo::{ChangeTracker, TrackLimits};
 
 const DEFAULT_SYSTEM_PROMPT: &str = include_str!("../prompts/system.md");
 /// What the model reads when its reply hit the per-step token budget (`{tokens}`: how many).

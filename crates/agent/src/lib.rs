@@ -1,43 +1,36 @@
-//! lilypad's coding agent. It talks to two traits — a language model and a repository — and
-//! knows nothing about GPUs or browsers, so the same loop runs natively, in wasm and in tests.
+//! lilypad's coding agent: FrogNano's tools, the parsing of its replies and the loop that runs
+//! them. It talks to a language model ([`lilypad_lm`]), a repository ([`lilypad_repo`]) and a
+//! shell ([`lilypad_shell`]) through traits and knows nothing about GPUs or browsers, so the
+//! same loop runs natively, in wasm and in tests. Those crates' types are re-exported here, so
+//! a user of the agent needs only this one.
 
 mod agent;
-pub mod archive;
-pub mod changes;
-#[cfg(not(target_arch = "wasm32"))]
-mod disk_repo;
-mod error;
-mod message;
-mod model;
-pub mod patch;
-mod path;
 mod reply;
-mod repo;
 mod scripted;
-pub mod shell;
 pub mod tools;
 mod trajectory;
-mod virtual_repo;
 
 pub use agent::{AgentConfig, AgentEvent, run_agent};
-pub use archive::ImportLimits;
-pub use changes::{ChangeTracker, TrackLimits};
-#[cfg(not(target_arch = "wasm32"))]
-pub use disk_repo::DiskRepo;
-pub use error::RepoError;
-pub use message::{Message, Role, ToolCall};
-pub use model::{
-    Completion, FinishReason, LanguageModel, ModelError, Request, Sampling, TokenSink,
-};
-pub use patch::Change;
-pub use path::RepoPath;
 pub use reply::{Reply, parse_reply};
-pub use repo::{DirEntry, EntryKind, Repository, SKIPPED_DIRS, Snapshot, Stamp};
 pub use scripted::ScriptedModel;
-#[cfg(unix)]
-pub use shell::{CommandTag, NativeShell, Sandbox, SandboxError, SandboxLimits};
-pub use shell::{ExternalShell, Shell, ShellOutput};
-pub use shell::{FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell};
 pub use tools::{Observation, Toolbox, tool_names, tool_schemas};
 pub use trajectory::{CallRecord, Exit, StepRecord, Trajectory};
-pub use virtual_repo::{DEFAULT_MAX_REPO_BYTES, VirtualRepo};
+
+pub use lilypad_lm::{
+    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling,
+    TokenSink, ToolCall,
+};
+#[cfg(not(target_arch = "wasm32"))]
+pub use lilypad_repo::DiskRepo;
+pub use lilypad_repo::{
+    Change, ChangeTracker, DEFAULT_MAX_REPO_BYTES, DirEntry, EntryKind, ImportLimits, RepoError,
+    RepoPath, Repository, SKIPPED_DIRS, Snapshot, Stamp, TrackLimits, VirtualRepo, archive,
+    changes, patch,
+};
+pub use lilypad_shell as shell;
+pub use lilypad_shell::{
+    Baseline, ExternalShell, ProgramIo, PythonRunner, Shell, ShellOutput, Stream, VersionControl,
+    VirtualShell, diff_against, status_against,
+};
+#[cfg(unix)]
+pub use lilypad_shell::{CommandTag, NativeShell, Sandbox, SandboxError, SandboxLimits};

@@ -3,8 +3,8 @@
 
 use std::collections::VecDeque;
 
-use crate::model::{Completion, FinishReason, LanguageModel, ModelError, Request, TokenSink};
 use crate::trajectory::Trajectory;
+use lilypad_lm::{Completion, FinishReason, LanguageModel, ModelError, Request, TokenSink};
 
 pub struct ScriptedModel {
     name: String,

@@ -2,11 +2,11 @@
 //! template, generates with streaming, and keeps the model's state between turns so each turn
 //! evaluates only its new tokens. It is the engine-backed [`LanguageModel`] the agent runs on.
 
-use lilypad_agent::{
+use lilypad_engine::{Batch, BatchEvent, DoneReason, EngineError, Model, SamplingParams};
+use lilypad_lm::{
     Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling,
     TokenSink,
 };
-use lilypad_engine::{Batch, BatchEvent, DoneReason, EngineError, Model, SamplingParams};
 use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
 use serde_json::Value;
 use web_time::Instant;

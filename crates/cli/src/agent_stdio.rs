@@ -20,9 +20,9 @@ use std::time::Duration;
 use clap::Args;
 use lilypad_agent::archive::{ImportLimits, import_dir};
 use lilypad_agent::{
-    AgentConfig, AgentEvent, Change, CommandTag, FileChange, LanguageModel, ProgramIo,
-    PythonRunner, RepoError, RepoPath, Repository, Sampling, Sandbox, ScriptedModel, Snapshot,
-    Toolbox, Trajectory, VersionControl, VirtualRepo, VirtualShell, run_agent,
+    AgentConfig, AgentEvent, Baseline, Change, CommandTag, LanguageModel, ProgramIo, PythonRunner,
+    RepoError, RepoPath, Repository, Sampling, Sandbox, ScriptedModel, Toolbox, Trajectory,
+    VirtualRepo, VirtualShell, run_agent,
 };
 use lilypad_chat::ChatSession;
 use serde::{Deserialize, Serialize};
@@ -313,7 +313,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
         ..AgentConfig::default()
     };
     let mut shell =
-        VirtualShell::new().with_version_control(Box::new(BaselineVcs(repo.baseline().clone())));
+        VirtualShell::new().with_version_control(Box::new(Baseline(repo.baseline().clone())));
     if settings.python {
         let sandbox = match settings.sandbox {
             true => Sandbox::detect().map_err(|e| Failure(ErrorCode::BadRequest, e.to_string()))?,
@@ -548,45 +548,6 @@ fn scripted(path: &Path) -> Result<ScriptedModel, String> {
         .and_then(|a| a.iter().map(Value::as_str).collect())
         .ok_or_else(|| format!("{}: replies must be strings", path.display()))?;
     Ok(ScriptedModel::new(&name, &texts))
-}
-
-/// `git diff` / `git status` against the snapshot the run started from.
-struct BaselineVcs(Snapshot);
-
-impl VersionControl for BaselineVcs {
-    fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
-        let wanted = |p: &RepoPath| paths.is_empty() || paths.iter().any(|q| p.starts_with(q));
-        let pick = |s: &Snapshot| -> Snapshot {
-            s.iter()
-                .filter(|(p, _)| wanted(p))
-                .map(|(p, d)| (p.clone(), d.clone()))
-                .collect()
-        };
-        Ok(lilypad_agent::patch::diff(
-            &pick(&self.0),
-            &pick(&repo.snapshot()?),
-        ))
-    }
-
-    fn status(&self, repo: &dyn Repository) -> Result<Vec<(FileChange, RepoPath)>, RepoError> {
-        let now = repo.snapshot()?;
-        let mut out: Vec<(FileChange, RepoPath)> = now
-            .iter()
-            .filter_map(|(p, d)| match self.0.get(p) {
-                None => Some((FileChange::Added, p.clone())),
-                Some(old) if old != d => Some((FileChange::Modified, p.clone())),
-                _ => None,
-            })
-            .chain(
-                self.0
-                    .keys()
-                    .filter(|p| !now.contains_key(*p))
-                    .map(|p| (FileChange::Deleted, p.clone())),
-            )
-            .collect();
-        out.sort_by(|a, b| a.1.cmp(&b.1));
-        Ok(out)
-    }
 }
 
 /// Runs `python`/`pytest` with the machine's Python in a scratch copy of the snapshot, then

@@ -2,9 +2,9 @@
 //! passes JSON-compatible objects in and gets them back, and the defaults and checks here are
 //! unit-tested natively.
 
-use lilypad_agent::{Completion, FinishReason, Message, Sampling};
 use lilypad_engine::models::ModelConfig;
 use lilypad_engine::{AdapterSummary, GpuContext, Model};
+use lilypad_lm::{Completion, FinishReason, Message, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -7,12 +7,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise};
-use lilypad_agent::{LanguageModel, Request};
 use lilypad_chat::ChatSession;
 use lilypad_engine::{
     AdapterOptions, EngineError, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions,
 };
 use lilypad_gguf::GgufFile;
+use lilypad_lm::{LanguageModel, Request};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;

@@ -1,8 +1,8 @@
 //! Errors as the page sees them: a stable `code` to branch on and a message to show.
 
-use lilypad_agent::ModelError;
 use lilypad_engine::EngineError;
 use lilypad_gguf::GgufError;
+use lilypad_lm::ModelError;
 use lilypad_tokenizer::TokenizerError;
 use serde::Serialize;
 

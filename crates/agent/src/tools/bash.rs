@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use super::Observation;
 use super::args::{Args, Kind, Param, Spec};
-use super::cut::cut_middle;
-use crate::shell::{ExternalShell, ShellOutput};
 use crate::{Repository, Shell};
+use lilypad_shell::cut::cut_middle;
+use lilypad_shell::{ExternalShell, ShellOutput};
 
 pub(super) const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 pub(super) const MAX_TIMEOUT_MS: u64 = 600_000;

@@ -5,7 +5,6 @@
 
 mod args;
 mod bash;
-pub(crate) mod cut;
 mod edit;
 mod glob;
 mod read;

@@ -3,11 +3,11 @@
 //! `which`, `env`, `xargs`).
 
 use super::{Ctx, available, errno, is_shell_builtin, parse_opts};
-use crate::EntryKind;
-use crate::shell::virtual_shell::escape::backslash_escapes;
-use crate::shell::virtual_shell::expand::first_field;
-use crate::shell::virtual_shell::glob;
-use crate::shell::virtual_shell::interp::{Exec, Flow};
+use crate::virtual_shell::escape::backslash_escapes;
+use crate::virtual_shell::expand::first_field;
+use crate::virtual_shell::glob;
+use crate::virtual_shell::interp::{Exec, Flow};
+use lilypad_repo::EntryKind;
 
 fn valid_name(name: &str) -> bool {
     name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')

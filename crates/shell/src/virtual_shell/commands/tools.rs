@@ -2,11 +2,12 @@
 //! Python (through [`PythonRunner`]); and `printf`'s formatter.
 
 use super::{Ctx, errno};
-use crate::RepoPath;
-use crate::shell::virtual_shell::arith::parse_integer;
-use crate::shell::virtual_shell::escape::backslash_escapes;
-use crate::shell::virtual_shell::interp::Exec;
-use crate::shell::virtual_shell::{FileChange, ProgramIo, Stream};
+use crate::virtual_shell::arith::parse_integer;
+use crate::virtual_shell::escape::backslash_escapes;
+use crate::virtual_shell::interp::Exec;
+use crate::virtual_shell::{ProgramIo, Stream};
+use lilypad_repo::Change;
+use lilypad_repo::RepoPath;
 
 /// `path` relative to `cwd`, as git prints paths in `git status`.
 fn relative_to(path: &RepoPath, cwd: &RepoPath) -> String {
@@ -71,17 +72,13 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 };
                 let mut text = String::new();
                 for (change, p) in changes {
-                    if change == FileChange::Added
+                    if change == Change::Added
                         || !(paths.is_empty() || paths.iter().any(|q| p.starts_with(q)))
                     {
                         continue;
                     }
                     if mode == "name-status" {
-                        text.push(if change == FileChange::Deleted {
-                            'D'
-                        } else {
-                            'M'
-                        });
+                        text.push(if change == Change::Deleted { 'D' } else { 'M' });
                         text.push('\t');
                     }
                     text.push_str(p.as_str());
@@ -131,13 +128,13 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 // Tracked changes first, untracked files last, as git lists them.
                 let ordered = changes
                     .iter()
-                    .filter(|(c, _)| *c != FileChange::Added)
-                    .chain(changes.iter().filter(|(c, _)| *c == FileChange::Added));
+                    .filter(|(c, _)| *c != Change::Added)
+                    .chain(changes.iter().filter(|(c, _)| *c == Change::Added));
                 for (change, p) in ordered {
                     let code = match change {
-                        FileChange::Modified => " M",
-                        FileChange::Deleted => " D",
-                        FileChange::Added => "??",
+                        Change::Modified => " M",
+                        Change::Deleted => " D",
+                        Change::Added => "??",
                     };
                     text.push_str(&format!("{code} {}\n", shown(p)));
                 }
@@ -145,11 +142,11 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                 text.push_str("On branch main\n");
                 let tracked: Vec<_> = changes
                     .iter()
-                    .filter(|(c, _)| *c != FileChange::Added)
+                    .filter(|(c, _)| *c != Change::Added)
                     .collect();
                 let untracked: Vec<_> = changes
                     .iter()
-                    .filter(|(c, _)| *c == FileChange::Added)
+                    .filter(|(c, _)| *c == Change::Added)
                     .collect();
                 if !tracked.is_empty() {
                     text.push_str("Changes not staged for commit:\n");
@@ -158,7 +155,7 @@ pub(super) fn git(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                     );
                     text.push_str("  (use \"git restore <file>...\" to discard changes in working directory)\n");
                     for (c, p) in &tracked {
-                        let what = if *c == FileChange::Deleted {
+                        let what = if *c == Change::Deleted {
                             "deleted:    "
                         } else {
                             "modified:   "

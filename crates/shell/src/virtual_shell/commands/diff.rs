@@ -4,8 +4,8 @@
 use similar::DiffOp;
 
 use super::{Ctx, errno, parse_opts, split_lines};
-use crate::EntryKind;
-use crate::shell::virtual_shell::interp::{Exec, Flow};
+use crate::virtual_shell::interp::{Exec, Flow};
+use lilypad_repo::EntryKind;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Op {
@@ -215,7 +215,7 @@ pub(super) fn diff(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             Err(e)
                 if opts.has("N")
                     && ctx.kind(name).is_none()
-                    && !matches!(e, crate::RepoError::OutsideRoot { .. }) =>
+                    && !matches!(e, lilypad_repo::RepoError::OutsideRoot { .. }) =>
             {
                 data.push(Vec::new())
             }

@@ -18,18 +18,10 @@ mod syntax;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::{EntryKind, RepoError, RepoPath, Repository};
 use interp::{Flow, Interp, PIPE_CAP};
+use lilypad_repo::{Change, EntryKind, RepoError, RepoPath, Repository, Snapshot, patch};
 
 use super::{Shell, ShellOutput};
-
-/// How a file differs from the baseline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FileChange {
-    Added,
-    Modified,
-    Deleted,
-}
 
 /// The baseline `git diff`/`git status` compare against (in the browser: the imported
 /// snapshot of the project).
@@ -39,7 +31,55 @@ pub trait VersionControl {
     fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError>;
 
     /// Every file that differs from the baseline, sorted by path.
-    fn status(&self, repo: &dyn Repository) -> Result<Vec<(FileChange, RepoPath)>, RepoError>;
+    fn status(&self, repo: &dyn Repository) -> Result<Vec<(Change, RepoPath)>, RepoError>;
+}
+
+/// [`VersionControl`] against a snapshot of the files (what `git diff` would call `HEAD`): the
+/// one implementation the browser's workspace and `agent-stdio` share.
+pub struct Baseline(pub Snapshot);
+
+impl VersionControl for Baseline {
+    fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
+        diff_against(&self.0, repo, paths)
+    }
+
+    fn status(&self, repo: &dyn Repository) -> Result<Vec<(Change, RepoPath)>, RepoError> {
+        status_against(&self.0, repo)
+    }
+}
+
+/// `git diff` of the files at or below `paths` (all when empty) against `baseline`; only the
+/// files in scope are read.
+pub fn diff_against(
+    baseline: &Snapshot,
+    repo: &dyn Repository,
+    paths: &[RepoPath],
+) -> Result<String, RepoError> {
+    let within = |p: &RepoPath| paths.is_empty() || paths.iter().any(|s| p.starts_with(s));
+    let before: BTreeMap<RepoPath, &[u8]> = baseline
+        .iter()
+        .filter(|(p, _)| within(p))
+        .map(|(p, d)| (p.clone(), d.as_slice()))
+        .collect();
+    let mut now = Snapshot::new();
+    for path in repo.walk_files(&RepoPath::root())? {
+        if within(&path) {
+            let data = repo.read(&path)?;
+            now.insert(path, data);
+        }
+    }
+    Ok(patch::diff_between(&before, &now))
+}
+
+/// `git status`: every file that differs from `baseline`, in path order.
+pub fn status_against(
+    baseline: &Snapshot,
+    repo: &dyn Repository,
+) -> Result<Vec<(Change, RepoPath)>, RepoError> {
+    Ok(patch::changes_between(baseline, &repo.snapshot()?)
+        .into_iter()
+        .map(|(path, change)| (change, path))
+        .collect())
 }
 
 /// Runs Python programs (`python`, `python3`, `pytest`, `pip`), e.g. through Pyodide.

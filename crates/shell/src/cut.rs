@@ -5,7 +5,7 @@ const MARK_OPEN: &str = "\n\n[... ";
 const MARK_CLOSE: &str = " characters cut ...]\n\n";
 
 /// The note left where `chars` characters were taken out.
-pub(crate) fn cut_note(chars: usize) -> String {
+pub fn cut_note(chars: usize) -> String {
     format!("{MARK_OPEN}{chars}{MARK_CLOSE}")
 }
 
@@ -36,7 +36,7 @@ fn represented(removed: &str) -> usize {
 
 /// `text` if it has at most `max_chars` characters; otherwise its first and last halves of
 /// `max_chars` around a [`cut_note`].
-pub(crate) fn cut_middle(text: &str, max_chars: usize) -> String {
+pub fn cut_middle(text: &str, max_chars: usize) -> String {
     let total = text.chars().count();
     if total <= max_chars {
         return text.to_string();

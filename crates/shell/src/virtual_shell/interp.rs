@@ -9,7 +9,7 @@ use super::syntax::{
     AndOr, Command, Compound, Connector, List, Pipeline, RedirKind, Redirect, SimpleCommand,
 };
 use super::{PythonRunner, VersionControl};
-use crate::{EntryKind, RepoError, RepoPath, Repository};
+use lilypad_repo::{EntryKind, RepoError, RepoPath, Repository};
 
 /// What the model sees is cut here; the rest of a run still executes.
 pub(super) const TERMINAL_CAP: usize = 1 << 20;

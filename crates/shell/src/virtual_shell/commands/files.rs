@@ -1,9 +1,9 @@
 //! File and folder commands: ls, mkdir, rmdir, rm, mv, cp, touch, basename, dirname, realpath.
 
 use super::{Ctx, errno, quote, spelled_under};
-use crate::shell::virtual_shell::glob;
-use crate::shell::virtual_shell::interp::Exec;
-use crate::{DirEntry, EntryKind, RepoError, RepoPath};
+use crate::virtual_shell::glob;
+use crate::virtual_shell::interp::Exec;
+use lilypad_repo::{DirEntry, EntryKind, RepoError, RepoPath};
 
 /// What `ls -l` shows for one entry; the repository has no owners or times, so those are fixed.
 struct LsEntry {
@@ -287,7 +287,7 @@ pub(super) fn ls(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             let subdirs: Vec<(String, RepoPath)> = entries
                 .iter()
                 .filter(|e| e.kind == EntryKind::Dir && e.name != "." && e.name != "..")
-                .filter(|e| !crate::repo::SKIPPED_DIRS.contains(&e.name.as_str()))
+                .filter(|e| !lilypad_repo::SKIPPED_DIRS.contains(&e.name.as_str()))
                 .filter_map(|e| {
                     path.join(&e.name)
                         .ok()
@@ -761,7 +761,7 @@ fn copy_tree(
     ctx: &mut Ctx<'_, '_>,
     from: &RepoPath,
     to: &RepoPath,
-) -> Result<Result<(), RepoError>, crate::shell::virtual_shell::interp::Flow> {
+) -> Result<Result<(), RepoError>, crate::virtual_shell::interp::Flow> {
     let entries = ctx.walk(from)?;
     for (path, kind) in entries {
         let rest = path.as_str()[from.as_str().len()..].trim_start_matches('/');

@@ -5,9 +5,9 @@ use regex::bytes::Regex;
 
 use super::posix_regex::compile;
 use super::{Ctx, errno, parse_opts, spelled_under, split_lines};
-use crate::shell::virtual_shell::glob;
-use crate::shell::virtual_shell::interp::{Exec, Flow};
-use crate::{EntryKind, RepoPath};
+use crate::virtual_shell::glob;
+use crate::virtual_shell::interp::{Exec, Flow};
+use lilypad_repo::{EntryKind, RepoPath};
 
 struct Settings {
     re: Regex,

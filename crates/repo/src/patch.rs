@@ -44,7 +44,7 @@ pub fn apply(snapshot: &mut Snapshot, patch: &str) -> Result<(), RepoError> {
 
 /// [`Change`]s between two maps of file contents, in path order. Generic over the value so a
 /// repository can compare borrowed contents without copying them into a [`Snapshot`].
-pub(crate) fn changes_between<A: AsRef<[u8]>, B: AsRef<[u8]>>(
+pub fn changes_between<A: AsRef<[u8]>, B: AsRef<[u8]>>(
     baseline: &BTreeMap<RepoPath, A>,
     current: &BTreeMap<RepoPath, B>,
 ) -> Vec<(RepoPath, Change)> {
@@ -67,7 +67,7 @@ pub(crate) fn changes_between<A: AsRef<[u8]>, B: AsRef<[u8]>>(
 }
 
 /// [`diff`] over borrowed or owned contents.
-pub(crate) fn diff_between<A: AsRef<[u8]>, B: AsRef<[u8]>>(
+pub fn diff_between<A: AsRef<[u8]>, B: AsRef<[u8]>>(
     baseline: &BTreeMap<RepoPath, A>,
     current: &BTreeMap<RepoPath, B>,
 ) -> String {

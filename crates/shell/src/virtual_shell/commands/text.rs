@@ -3,9 +3,9 @@
 use std::cmp::Ordering;
 
 use super::{Ctx, errno, quote, quotef, split_lines};
-use crate::shell::virtual_shell::glob::class_has as glob_class_has;
-use crate::shell::virtual_shell::interp::Exec;
-use crate::{EntryKind, RepoError};
+use crate::virtual_shell::glob::class_has as glob_class_has;
+use crate::virtual_shell::interp::Exec;
+use lilypad_repo::{EntryKind, RepoError};
 
 /// Reads every operand (stdin when none), reporting failures as `cmd: name: error`; returns
 /// the (name, bytes) pairs that could be read and whether any failed.

@@ -6,8 +6,8 @@ use regex::bytes::Regex;
 
 use super::posix_regex::compile;
 use super::{Ctx, errno, parse_opts, split_lines};
-use crate::EntryKind;
-use crate::shell::virtual_shell::interp::{Exec, Flow};
+use crate::virtual_shell::interp::{Exec, Flow};
+use lilypad_repo::EntryKind;
 
 #[derive(Clone)]
 enum Addr {

@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use lilypad_agent::{
-    FileChange, ProgramIo, PythonRunner, RepoError, RepoPath, Repository, Shell, VersionControl,
-    VirtualRepo, VirtualShell,
-};
+use lilypad_repo::{RepoPath, Repository, VirtualRepo};
+use lilypad_shell::{Baseline, ProgramIo, PythonRunner, Shell, VirtualShell};
 
 const FILES: &[(&str, &str)] = &[
     ("README.md", "# Demo\nA small project.\n"),
@@ -1712,56 +1710,6 @@ fn python_goes_to_the_runner_or_is_missing() {
     );
 }
 
-/// A baseline kept as a snapshot, as the browser keeps the imported project.
-struct Baseline(lilypad_agent::Snapshot);
-
-impl VersionControl for Baseline {
-    fn diff(&self, repo: &dyn Repository, paths: &[RepoPath]) -> Result<String, RepoError> {
-        let mut out = String::new();
-        for (change, path) in self.status(repo)? {
-            if !paths.is_empty() && !paths.iter().any(|q| path.starts_with(q)) {
-                continue;
-            }
-            let old = self
-                .0
-                .get(&path)
-                .map(|d| String::from_utf8_lossy(d).into_owned())
-                .unwrap_or_default();
-            let new = if change == FileChange::Deleted {
-                String::new()
-            } else {
-                String::from_utf8_lossy(&repo.read(&path)?).into_owned()
-            };
-            out.push_str(&format!(
-                "diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n"
-            ));
-            out.extend(old.lines().map(|l| format!("-{l}\n")));
-            out.extend(new.lines().map(|l| format!("+{l}\n")));
-        }
-        Ok(out)
-    }
-
-    fn status(&self, repo: &dyn Repository) -> Result<Vec<(FileChange, RepoPath)>, RepoError> {
-        let now = repo.snapshot()?;
-        let mut out: Vec<(FileChange, RepoPath)> = Vec::new();
-        for (path, data) in &now {
-            match self.0.get(path) {
-                None => out.push((FileChange::Added, path.clone())),
-                Some(old) if old != data => out.push((FileChange::Modified, path.clone())),
-                Some(_) => {}
-            }
-        }
-        out.extend(
-            self.0
-                .keys()
-                .filter(|p| !now.contains_key(*p))
-                .map(|p| (FileChange::Deleted, p.clone())),
-        );
-        out.sort_by(|a, b| a.1.cmp(&b.1));
-        Ok(out)
-    }
-}
-
 #[test]
 fn git_diff_and_status_come_from_the_baseline() {
     let mut repo = fixture();
@@ -1828,8 +1776,7 @@ fn git_diff_and_status_come_from_the_baseline() {
     assert_eq!(
         run(&mut repo, "git diff --stat -- /repo/src"),
         (
-            " src/main.py | 10 +++++-----\n 1 file changed, 5 insertions(+), 5 deletions(-)\n"
-                .into(),
+            " src/main.py | 2 +-\n 1 file changed, 1 insertion(+), 1 deletion(-)\n".into(),
             Some(0)
         )
     );
@@ -2017,4 +1964,20 @@ fn random_input_never_panics() {
         let out = VirtualShell::new().run(&mut repo, &deep, TIMEOUT);
         assert!(out.exit_code.is_some(), "{}", &deep[..20]);
     }
+}
+
+/// The in-memory repository's size limit reaches the shell's commands: a redirection past it
+/// fails with the repository's error, as on a full disk.
+#[test]
+fn commands_meet_the_repository_size_limit() {
+    let mut r = VirtualRepo::new("/repo").with_max_bytes(1000);
+    let mut shell = VirtualShell::new();
+    let out = shell.run(
+        &mut r,
+        "seq 1 1000 > numbers.txt; echo status $?",
+        std::time::Duration::from_secs(5),
+    );
+    assert!(out.output.contains("more than its limit"), "{out:?}");
+    // As on a full disk, the redirection made the file before the write failed.
+    assert_eq!(r.read(&RepoPath::new("numbers.txt").unwrap()).unwrap(), b"");
 }

@@ -1,7 +1,7 @@
 //! Shell patterns (`*`, `?`, `[...]`): matching one name, and expanding a pattern against the
 //! repository the way bash expands an unquoted argument.
 
-use crate::{EntryKind, RepoPath, Repository};
+use lilypad_repo::{EntryKind, RepoPath, Repository};
 
 /// True when `pattern` has an unescaped `*`, `?` or a complete `[...]`.
 pub fn has_magic(pattern: &str) -> bool {

@@ -4,6 +4,8 @@
 //! An editor may also route `Bash` to a real terminal the user approves commands in
 //! ([`ExternalShell`]).
 
+pub mod cut;
+
 // Real processes and process groups: Unix only, so never in the wasm build.
 #[cfg(unix)]
 mod native;
@@ -17,14 +19,15 @@ pub use sandbox::{PidsCgroup, Sandbox, SandboxError, SandboxLimits};
 // The shell over a `Repository` (the browser's Bash).
 pub mod virtual_shell;
 pub use virtual_shell::{
-    FileChange, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell,
+    Baseline, ProgramIo, PythonRunner, Stream, VersionControl, VirtualShell, diff_against,
+    status_against,
 };
 
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use crate::{RepoPath, Repository};
+use lilypad_repo::{RepoPath, Repository};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShellOutput {

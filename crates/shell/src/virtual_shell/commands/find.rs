@@ -3,9 +3,9 @@
 //! Folders are visited in name order.
 
 use super::{Ctx, errno, spelled_under};
-use crate::shell::virtual_shell::glob;
-use crate::shell::virtual_shell::interp::{Exec, Flow};
-use crate::{EntryKind, RepoPath};
+use crate::virtual_shell::glob;
+use crate::virtual_shell::interp::{Exec, Flow};
+use lilypad_repo::{EntryKind, RepoPath};
 
 enum Node {
     And(Box<Node>, Box<Node>),
@@ -537,7 +537,7 @@ impl Ctx<'_, '_> {
         if descend {
             let entries = self.sh.repo.list_dir(path).unwrap_or_default();
             for e in entries {
-                if e.kind == EntryKind::Dir && crate::repo::SKIPPED_DIRS.contains(&e.name.as_str())
+                if e.kind == EntryKind::Dir && lilypad_repo::SKIPPED_DIRS.contains(&e.name.as_str())
                 {
                     continue;
                 }

@@ -25,8 +25,8 @@ mod tools;
 use std::fmt::Display;
 
 use super::interp::{Exec, Fds, Flow, Interp};
-use crate::repo::SKIPPED_DIRS;
-use crate::{EntryKind, RepoError, RepoPath};
+use lilypad_repo::SKIPPED_DIRS;
+use lilypad_repo::{EntryKind, RepoError, RepoPath};
 
 /// What a running command can reach: the interpreter (repository, cwd, variables) and its
 /// three descriptors.

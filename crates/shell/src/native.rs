@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use super::sandbox::{PidsCgroup, Sandbox, count_descendants};
 use super::{Shell, ShellOutput};
-use crate::Repository;
-use crate::tools::cut::cut_note;
+use crate::cut::cut_note;
+use lilypad_repo::Repository;
 
 /// Output kept per command: its first and last half of this many bytes. The `Bash` tool shows
 /// far less; the limit only keeps a command printing gigabytes from exhausting memory.
