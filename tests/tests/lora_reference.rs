@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 
 use lilypad_engine::{Logits, Model};
-use lilypad_gguf::peft::LoraAdapter;
-use lilypad_gguf::{ByteSource, GgufFile, MmapSource};
+use lilypad_gguf::peft::{LoraAdapter, MergedType};
+use lilypad_gguf::{ByteSource, GgmlType, GgufFile, MmapSource};
 use lilypad_tests::qwen::{self, TOL, read_f32s};
 use lilypad_tests::repo_root;
 use serde::Deserialize;
@@ -104,6 +104,79 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0f32, f32::max)
 }
 
+/// A safetensors file's tensors as f32 values, by name.
+fn tensors(bytes: &[u8]) -> std::collections::BTreeMap<String, (Vec<usize>, Vec<f32>)> {
+    let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    st.iter()
+        .map(|(name, view)| {
+            assert_eq!(view.dtype(), safetensors::Dtype::F32, "{name}");
+            let values = view
+                .data()
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            (name.to_string(), (view.shape().to_vec(), values))
+        })
+        .collect()
+}
+
+/// Exporting the adapter read from PEFT's own files gives those files back: every factor
+/// under its module name with its rows and columns where peft had them (Llama's permuted
+/// Q/K, Qwen3.5's tiled value heads undone), bit for bit, and the same rank, alpha and
+/// target modules; reading the export gives the same adapter.
+#[test]
+fn exported_adapters_are_peft_files_again() {
+    for name in NAMES {
+        let f = LoraFixture::load(name);
+        let adapter = f.adapter();
+        let exported = adapter.to_peft(&f.file).unwrap();
+        let original_dir = f.dir.join("adapter");
+        let original =
+            tensors(&std::fs::read(original_dir.join("adapter_model.safetensors")).unwrap());
+        let ours = tensors(&exported.safetensors);
+        assert_eq!(
+            ours.keys().collect::<Vec<_>>(),
+            original.keys().collect::<Vec<_>>(),
+            "{name}"
+        );
+        for (key, (shape, values)) in &ours {
+            let (want_shape, want) = &original[key];
+            assert_eq!(shape, want_shape, "{name} {key}");
+            assert!(
+                values
+                    .iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{name} {key}: values differ"
+            );
+        }
+        let config: serde_json::Value = serde_json::from_slice(&exported.config).unwrap();
+        let want: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(original_dir.join("adapter_config.json")).unwrap(),
+        )
+        .unwrap();
+        for field in [
+            "peft_type",
+            "r",
+            "lora_alpha",
+            "use_rslora",
+            "target_modules",
+            "base_model_name_or_path",
+        ] {
+            assert_eq!(config[field], want[field], "{name} {field}");
+        }
+        assert_eq!(
+            LoraAdapter::from_peft(&exported.config, &exported.safetensors, &f.file).unwrap(),
+            adapter,
+            "{name}"
+        );
+        eprintln!(
+            "{name}: {} factors exported and read back exactly",
+            ours.len()
+        );
+    }
+}
+
 #[test]
 fn adapters_match_peft() {
     for name in NAMES {
@@ -170,6 +243,33 @@ fn merged_adapters_match_peft() {
             &f.logits("logits_merged.f32"),
             0,
             "vs peft's merge_and_unload",
+        );
+        // Re-quantized to Q8_0 (as `train-native export --quantize q8_0` writes it): as far
+        // from peft's merged model as the same rounding puts the base model from itself.
+        let q8_0 = |adapter: &LoraAdapter| {
+            let merged = adapter
+                .merge_as(&f.file, &f.src, MergedType::Type(GgmlType::Q8_0))
+                .unwrap();
+            let file = GgufFile::read(&merged).unwrap();
+            assert_eq!(
+                file.tensor(&adapter.tensors[0].target).unwrap().ty,
+                GgmlType::Q8_0
+            );
+            let mut m = f.model(&file, &merged).unwrap();
+            pollster::block_on(m.eval(&f.manifest.token_ids, Logits::All)).unwrap()
+        };
+        let adapter = f.adapter();
+        let mut nothing = adapter.clone();
+        nothing.tensors.iter_mut().for_each(|t| t.b.fill(0.0));
+        let error = max_diff(&q8_0(&adapter), &f.logits("logits_merged.f32"));
+        let rounding = max_diff(&q8_0(&nothing), &f.logits("logits_base.f32"));
+        eprintln!(
+            "{name} merged into Q8_0: max |Δ| {error:.3e} from peft's merge; the base model \
+             rounded the same way: {rounding:.3e} from itself"
+        );
+        assert!(
+            error < 2.0 * rounding,
+            "{name}: merging costs more than Q8_0's rounding: {error:.3e} vs {rounding:.3e}"
         );
     }
 }

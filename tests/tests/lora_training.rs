@@ -122,6 +122,26 @@ fn training_lowers_the_loss_and_resumes_exactly() {
         resumed == end,
         "the resumed run's adapter and moments equal the uninterrupted run's"
     );
+
+    // The trained adapter leaves as PEFT files and, read back onto a fresh base model, gives
+    // the trained model's loss.
+    let trained = pollster::block_on(m.lora_adapter()).unwrap().unwrap();
+    let src = MmapSource::open(dir.join("model/model.gguf")).unwrap();
+    let file = GgufFile::read(&src).unwrap();
+    let files = trained.to_peft(&file).unwrap();
+    let back = lilypad_gguf::peft::LoraAdapter::from_peft(&files.config, &files.safetensors, &file)
+        .unwrap();
+    assert_eq!(back.tensors.len(), trained.tensors.len());
+    let Some(mut fresh) = model() else {
+        return;
+    };
+    fresh.set_lora(Some(&back)).unwrap();
+    let exported = run.nll(&mut fresh);
+    eprintln!("NLL of the exported adapter on a fresh model: {exported:.6} (trained {last:.6})");
+    assert!(
+        (exported - last).abs() < 1e-5,
+        "the exported adapter is the trained one: {exported} vs {last}"
+    );
 }
 
 /// The training pass's log-probabilities (from its kept hidden states, what a clipped policy

@@ -5,6 +5,7 @@ mod bench;
 mod calibrate;
 mod envs;
 mod eval;
+mod export;
 mod featadd;
 // GRPO's objective: tested here, read by the training loop that comes next.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -69,6 +70,9 @@ enum Command {
     /// The GPU memory a training configuration needs (model, kept activations, adapter with
     /// gradient and AdamW moments, backward buffers), from the GGUF header alone.
     Plan(plan::PlanArgs),
+    /// Merge a trained LoRA adapter into its base model: one GGUF that the browser, the VS
+    /// Code view and the CLI load like any other model.
+    Export(export::ExportArgs),
 }
 
 #[derive(Args)]
@@ -258,6 +262,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Featadd(args) => featadd_command(&ws, &args),
         Command::BenchStep(args) => bench::bench_step(&args),
         Command::Plan(args) => plan::plan_command(&args),
+        Command::Export(args) => export::export_command(&args),
     }
 }
 

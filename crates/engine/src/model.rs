@@ -190,6 +190,9 @@ pub struct Model {
     /// Where `fork` passes a state buffer's rows through (a buffer cannot be copied onto
     /// itself); grown on demand.
     fork_staging: Option<wgpu::Buffer>,
+    /// The adapter's alpha and base model, as `set_lora` was given them (its factors live in
+    /// the linears, where training changes them).
+    lora_meta: Option<(f32, Option<String>)>,
 }
 
 /// One sequence's token in a batched decode step ([`Model::sample_batch`]), and how to pick
@@ -314,6 +317,7 @@ impl Model {
             arch,
             store,
             lora_scratch: None,
+            lora_meta: None,
             fork_staging: None,
         })
     }
@@ -549,11 +553,58 @@ impl Model {
         drop(linears);
         self.seqs.iter_mut().for_each(Vec::clear);
         let applied = self.apply_lora(tensors, adapter.map_or(1.0, |a| a.scale));
+        self.lora_meta = adapter.map(|a| (a.alpha, a.base_model.clone()));
         if applied.is_err() {
             // Never leave some linears adapted and others not: back to the base model.
             let _ = self.apply_lora(&[], 1.0);
+            self.lora_meta = None;
         }
         applied
+    }
+
+    /// The adapter on the model as it is now, read back from the GPU (after training steps it
+    /// differs from what `set_lora` was given): the same targets, ranks, alpha and scale, B
+    /// unscaled again. `None` without an adapter.
+    pub async fn lora_adapter(&mut self) -> Result<Option<LoraAdapter>> {
+        let Some((alpha, base_model)) = self.lora_meta.clone() else {
+            return Ok(None);
+        };
+        let ctx = self.ctx.clone();
+        let mut tensors = Vec::new();
+        let mut scale = 1.0;
+        for linear in self.arch.linears_mut() {
+            let Some(lora) = &linear.lora else { continue };
+            let (n_out, n_in) = (linear.weight.rows as usize, linear.weight.cols as usize);
+            let (rank, padded) = (lora.adapter_rank as usize, lora.rank as usize);
+            scale = lora.scale;
+            // A's first `rank` rows; B's first `rank` columns of each padded row.
+            let a = ctx
+                .read_f32(&lora.a.chunks[0].q, 0, (rank * n_in) as u64)
+                .await?;
+            let b_padded = ctx
+                .read_f32(&lora.b.chunks[0].q, 0, (n_out * padded) as u64)
+                .await?;
+            let b = b_padded
+                .chunks_exact(padded)
+                .flat_map(|row| row[..rank].iter().map(|v| v / lora.scale))
+                .collect();
+            tensors.push(LoraTensor {
+                target: linear.name().to_string(),
+                rank,
+                n_in,
+                n_out,
+                a,
+                b,
+            });
+        }
+        tensors.sort_by(|x, y| x.target.cmp(&y.target));
+        Ok(Some(LoraAdapter {
+            rank: tensors.first().map_or(0, |t| t.rank),
+            alpha,
+            scale,
+            base_model,
+            tensors,
+        }))
     }
 
     fn apply_lora(&mut self, tensors: &[LoraTensor], scale: f32) -> Result<()> {

@@ -206,6 +206,30 @@ pub(crate) fn gguf_name(hf: &str, qwen35: bool) -> Option<String> {
     Some(format!("blk.{layer}.{gguf}"))
 }
 
+/// The Hugging Face module a decoder layer's GGUF linear came from (`blk.3.attn_q.weight` →
+/// `model.layers.3.self_attn.q_proj`): [`gguf_name`] read backwards, for linears only.
+pub(crate) fn hf_linear_module(gguf: &str, qwen35: bool) -> Option<String> {
+    const LINEARS: [&str; 12] = [
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+        "linear_attn.in_proj_qkv",
+        "linear_attn.in_proj_z",
+        "linear_attn.in_proj_a",
+        "linear_attn.in_proj_b",
+        "linear_attn.out_proj",
+    ];
+    let layer: u32 = gguf.strip_prefix("blk.")?.split_once('.')?.0.parse().ok()?;
+    LINEARS.iter().find_map(|module| {
+        let hf = format!("model.layers.{layer}.{module}");
+        (gguf_name(&format!("{hf}.weight"), qwen35).as_deref() == Some(gguf)).then_some(hf)
+    })
+}
+
 /// A tensor on its way into the GGUF.
 struct Tensor {
     /// ggml order (ne[0] contiguous).

@@ -14,7 +14,7 @@
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
-use crate::hf::{Arch, Layout, LinearHeads, gguf_name, text_model_name};
+use crate::hf::{Arch, Layout, LinearHeads, gguf_name, hf_linear_module, text_model_name};
 use crate::{GgmlType, GgufError, GgufFile, GgufWriter, Result, dequantize};
 
 fn bad(detail: impl std::fmt::Display) -> GgufError {
@@ -72,6 +72,37 @@ pub struct LoraAdapter {
     pub base_model: Option<String>,
     /// Sorted by target name.
     pub tensors: Vec<LoraTensor>,
+}
+
+/// How [`LoraAdapter::merge_as`] stores the weights it changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergedType {
+    F32,
+    /// The base weight's own type.
+    Base,
+    Type(GgmlType),
+}
+
+/// The two files of a PEFT adapter folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeftFiles {
+    /// `adapter_config.json`.
+    pub config: Vec<u8>,
+    /// `adapter_model.safetensors`.
+    pub safetensors: Vec<u8>,
+}
+
+/// `0, 1, …, n-1` as little-endian f32 (exact below 2^24), one per row.
+fn indices(n: usize) -> Vec<u8> {
+    (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect()
+}
+
+/// The f32 indices of [`indices`] after a reordering: entry j says where value j came from.
+fn index_map(bytes: &[u8]) -> Vec<usize> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize)
+        .collect()
 }
 
 /// The conversion rules of a GGUF base model's architecture.
@@ -275,9 +306,113 @@ impl LoraAdapter {
         })
     }
 
+    /// The adapter as PEFT saves it for `base`'s Hugging Face checkpoint: `adapter_config.json`
+    /// and `adapter_model.safetensors` (F32, `base_model.model.<module>.lora_A/B.weight`), with
+    /// every factor's rows and columns put back where the checkpoint has them, so that
+    /// [`LoraAdapter::from_peft`] reads back exactly this adapter and peft loads it onto the
+    /// checkpoint.
+    pub fn to_peft(&self, base: &GgufFile) -> Result<PeftFiles> {
+        let (layout, qwen35) = layout_of(base)?;
+        // The scale came from one of the two rules; rsLoRA's is the one it is nearer to.
+        let plain = self.alpha / self.rank as f32;
+        let rs = self.alpha / (self.rank as f32).sqrt();
+        let rslora = (self.scale - rs).abs() < (self.scale - plain).abs();
+        let expected = if rslora { rs } else { plain };
+        if (self.scale - expected).abs() > 1e-6 * expected.abs() {
+            return Err(bad(format!(
+                "scale {} is neither lora_alpha / r ({plain}) nor lora_alpha / √r ({rs}): PEFT \
+                 cannot express it",
+                self.scale
+            )));
+        }
+        let mut factors: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut modules = std::collections::BTreeSet::new();
+        for t in &self.tensors {
+            let module = hf_linear_module(&t.target, qwen35)
+                .ok_or_else(|| bad(format!("{}: no Hugging Face module maps to it", t.target)))?;
+            modules.insert(module.rsplit('.').next().unwrap_or(&module).to_string());
+            // Where each GGUF row and column came from: the conversion applied to indices.
+            let rows_from = index_map(&layout.output_rows(&t.target, &indices(t.n_out), 4)?);
+            let cols_from =
+                index_map(&layout.input_columns(&t.target, &indices(t.n_in), t.n_in * 4)?);
+            let mut a = vec![0f32; t.a.len()];
+            for k in 0..t.rank {
+                for (j, &i) in cols_from.iter().enumerate() {
+                    a[k * t.n_in + i] = t.a[k * t.n_in + j];
+                }
+            }
+            let mut b = vec![0f32; t.b.len()];
+            for (j, &i) in rows_from.iter().enumerate() {
+                b[i * t.rank..][..t.rank].copy_from_slice(&t.b[j * t.rank..][..t.rank]);
+            }
+            let key = |which: char| format!("base_model.model.{module}.lora_{which}.weight");
+            factors.push((
+                key('A'),
+                vec![t.rank, t.n_in],
+                bytemuck::cast_slice(&a).to_vec(),
+            ));
+            factors.push((
+                key('B'),
+                vec![t.n_out, t.rank],
+                bytemuck::cast_slice(&b).to_vec(),
+            ));
+        }
+        let views = factors
+            .iter()
+            .map(|(name, shape, data)| {
+                safetensors::tensor::TensorView::new(Dtype::F32, shape.clone(), data)
+                    .map(|view| (name.clone(), view))
+                    .map_err(|e| bad(format!("{name}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let safetensors = safetensors::serialize(views, None)
+            .map_err(|e| bad(format!("adapter_model.safetensors: {e}")))?;
+        let config = serde_json::json!({
+            "peft_type": "LORA",
+            "task_type": "CAUSAL_LM",
+            "base_model_name_or_path": self.base_model,
+            "r": self.rank,
+            // An integer where it is one, as PEFT's own configs have it.
+            "lora_alpha": if self.alpha.fract() == 0.0 && self.alpha.abs() < 1e9 {
+                serde_json::json!(self.alpha as i64)
+            } else {
+                serde_json::json!(self.alpha)
+            },
+            "use_rslora": rslora,
+            "target_modules": modules,
+            "lora_dropout": 0.0,
+            "bias": "none",
+            "fan_in_fan_out": false,
+            "use_dora": false,
+            "modules_to_save": null,
+            "rank_pattern": {},
+            "alpha_pattern": {},
+            "init_lora_weights": true,
+            "inference_mode": true,
+        });
+        let config = serde_json::to_vec_pretty(&config)
+            .map_err(|e| bad(format!("adapter_config.json: {e}")))?;
+        Ok(PeftFiles {
+            config,
+            safetensors,
+        })
+    }
+
     /// The base model with the adapter merged: every adapted weight becomes F32
     /// W + scale · B·A (computed in f64), everything else is copied as is.
     pub fn merge(&self, base: &GgufFile, src: &dyn crate::ByteSource) -> Result<Vec<u8>> {
+        self.merge_as(base, src, MergedType::F32)
+    }
+
+    /// [`LoraAdapter::merge`], with the adapted weights stored as `to` says: F32, their base
+    /// weight's own type (the merged model is then as large as the base) or one given type,
+    /// quantized with the reference quantizers.
+    pub fn merge_as(
+        &self,
+        base: &GgufFile,
+        src: &dyn crate::ByteSource,
+        to: MergedType,
+    ) -> Result<Vec<u8>> {
         let mut w = GgufWriter::new();
         for (key, value) in base.metadata.iter() {
             w.metadata(key, value.clone());
@@ -300,12 +435,24 @@ impl LoraAdapter {
                     *w = (*w as f64 + self.scale as f64 * ba) as f32;
                 }
             }
-            w.tensor(
-                &info.name,
-                &info.dims,
-                GgmlType::F32,
-                bytemuck::cast_slice(&weight).to_vec(),
-            )?;
+            let ty = match to {
+                MergedType::F32 => GgmlType::F32,
+                MergedType::Base => info.ty,
+                MergedType::Type(ty) => ty,
+            };
+            if ty != GgmlType::F32 && (info.dims[0] % ty.block_size()) != 0 {
+                return Err(bad(format!(
+                    "{}: rows of {} values do not divide into {ty:?} blocks of {}",
+                    info.name,
+                    info.dims[0],
+                    ty.block_size()
+                )));
+            }
+            let data = match ty {
+                GgmlType::F32 => bytemuck::cast_slice(&weight).to_vec(),
+                ty => crate::quantize(ty, &weight)?,
+            };
+            w.tensor(&info.name, &info.dims, ty, data)?;
         }
         Ok(w.to_bytes())
     }
