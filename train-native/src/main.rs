@@ -16,10 +16,12 @@ mod plan;
 mod plot;
 mod pytest;
 mod rollout;
+mod run;
 mod synth;
 mod task;
 #[cfg(test)]
 mod testing;
+mod train;
 mod workspace;
 
 use std::path::PathBuf;
@@ -73,6 +75,9 @@ enum Command {
     /// Merge a trained LoRA adapter into its base model: one GGUF that the browser, the VS
     /// Code view and the CLI load like any other model.
     Export(export::ExportArgs),
+    /// Train a LoRA adapter with GRPO (run.toml: model, tasks, group size, adapter,
+    /// optimizer); checkpoints after every update, and a rerun resumes.
+    Run(run::RunArgs),
 }
 
 #[derive(Args)]
@@ -263,6 +268,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::BenchStep(args) => bench::bench_step(&args),
         Command::Plan(args) => plan::plan_command(&args),
         Command::Export(args) => export::export_command(&args),
+        Command::Run(args) => run::run_command(&ws, &args),
     }
 }
 

@@ -31,6 +31,36 @@ pub struct ChatSession {
     template_has_tools: bool,
     name: String,
     previous: Option<PreviousTurn>,
+    /// The conversation's tokens since the last [`ChatSession::take_transcript`], each marked
+    /// with whether the model generated it: what a trainer differentiates.
+    transcript: Transcript,
+}
+
+/// A conversation as token ids, each marked with whether the model wrote it (true) or was
+/// shown it (prompt, template, tool output).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Transcript {
+    pub tokens: Vec<u32>,
+    pub generated: Vec<bool>,
+}
+
+impl Transcript {
+    /// Appends a turn: `prompt` (which extends what is here, or replaces it when it does not)
+    /// and what the model generated after it.
+    fn record(&mut self, prompt: &[u32], generated: &[u32]) {
+        if !prompt.starts_with(&self.tokens) {
+            // The conversation was re-rendered from the start: earlier replies come back as
+            // prompt text, which a trainer must not count as the model's.
+            self.tokens.clear();
+            self.generated.clear();
+        }
+        let new = &prompt[self.tokens.len()..];
+        self.tokens.extend_from_slice(new);
+        self.generated.extend(std::iter::repeat_n(false, new.len()));
+        self.tokens.extend_from_slice(generated);
+        self.generated
+            .extend(std::iter::repeat_n(true, generated.len()));
+    }
 }
 
 impl ChatSession {
@@ -49,6 +79,7 @@ impl ChatSession {
             template_has_tools,
             name: name.into(),
             previous: None,
+            transcript: Transcript::default(),
         })
     }
 
@@ -75,6 +106,13 @@ impl ChatSession {
             true,
             request.enable_thinking,
         )
+    }
+
+    /// The conversation's tokens since the last call (the start of an episode), each marked
+    /// with whether the model generated it, and a fresh transcript from here on. A turn whose
+    /// prompt does not extend the previous one restarts it.
+    pub fn take_transcript(&mut self) -> Transcript {
+        std::mem::take(&mut self.transcript)
     }
 
     /// Forgets the cached conversation.
@@ -431,6 +469,7 @@ impl LanguageModel for ChatSession {
             .run(&prompt, req.sampling, req.max_tokens, on_text)
             .await?;
         let ended = generated.last().is_some_and(|&id| self.tok.is_stop(id));
+        self.transcript.record(&prompt, &generated);
         let mut seen = prompt;
         seen.extend_from_slice(&generated);
         self.previous = Some(PreviousTurn {
@@ -440,5 +479,28 @@ impl LanguageModel for ChatSession {
             ended,
         });
         Ok(completion)
+    }
+}
+
+#[cfg(test)]
+mod transcript_tests {
+    use super::Transcript;
+
+    #[test]
+    fn turns_extend_the_transcript_and_a_re_rendering_restarts_it() {
+        let mut t = Transcript::default();
+        t.record(&[1, 2, 3], &[4, 5]);
+        // The next prompt holds everything so far, then the tool's output.
+        t.record(&[1, 2, 3, 4, 5, 6, 7], &[8]);
+        assert_eq!(t.tokens, [1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            t.generated,
+            [false, false, false, true, true, false, false, true]
+        );
+        // A prompt that re-renders the earlier reply differently: nothing before it is the
+        // model's any more.
+        t.record(&[1, 2, 9, 9], &[10]);
+        assert_eq!(t.tokens, [1, 2, 9, 9, 10]);
+        assert_eq!(t.generated, [false, false, false, false, true]);
     }
 }

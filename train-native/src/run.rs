@@ -1,0 +1,511 @@
+//! `train-native run --config run.toml`: GRPO on a LoRA adapter. Each update draws tasks in a
+//! seeded order, samples a group of episodes per task with the current adapter, keeps the
+//! groups whose rewards differ (dynamic sampling: a group that all failed or all succeeded is
+//! skipped and another task drawn), and takes one AdamW step on them
+//! ([`crate::train::Trainer::update`]). After every update it appends a metrics line and
+//! writes a checkpoint; a rerun of the same command resumes from it and takes the steps the
+//! uninterrupted run would have taken.
+//!
+//! Task families: `reply`, single-turn questions with a verifiable answer (a JSONL of
+//! `{"prompt", "answer"}`: reward 1 when the reply's last line, trimmed, is the answer), and
+//! `agent`, the synthesized bug-fix tasks, each episode a sandboxed agent run graded by the
+//! project's tests.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use lilypad_agent::{LanguageModel, Message, Request, Sampling};
+use lilypad_chat::ChatSession;
+use lilypad_engine::AdamWConfig;
+use lilypad_gguf::peft::{LoraAdapter, LoraTensor};
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::grpo::{AdvantageNorm, carries_signal};
+use crate::train::{Episode, RunState, Schedule, Trainer, UpdateStats, load_checkpoint};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The run's configuration (TOML; see train-native/README.md).
+    #[arg(long)]
+    config: PathBuf,
+    /// Stop after this many updates in all (for a bounded session; a rerun goes on).
+    #[arg(long)]
+    stop_after: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// The base model (GGUF).
+    pub model: PathBuf,
+    /// Where checkpoints, metrics and episodes go (relative paths: to the config's folder;
+    /// default: `runs/<config name>` in the --dir folder).
+    #[serde(default)]
+    pub out: Option<PathBuf>,
+    pub steps: u32,
+    /// Episodes per task (GRPO's G).
+    #[serde(default = "default_group")]
+    pub group: usize,
+    /// Groups with signal per update.
+    #[serde(default = "default_groups_per_step")]
+    pub groups_per_step: usize,
+    /// Tasks drawn per wanted group at most, before an update goes ahead with fewer.
+    #[serde(default = "default_max_draws")]
+    pub max_draws: usize,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default = "default_context")]
+    pub context: u32,
+    pub adapter: AdapterConfig,
+    pub optimizer: OptimizerConfig,
+    #[serde(default)]
+    pub sampling: SamplingConfig,
+    pub tasks: TasksConfig,
+    #[serde(default = "default_norm")]
+    pub advantage: String,
+}
+
+fn default_group() -> usize {
+    8
+}
+fn default_groups_per_step() -> usize {
+    1
+}
+fn default_max_draws() -> usize {
+    4
+}
+fn default_context() -> u32 {
+    2048
+}
+fn default_norm() -> String {
+    "group-std".into()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterConfig {
+    pub rank: usize,
+    pub alpha: f32,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizerConfig {
+    pub lr: f32,
+    #[serde(default)]
+    pub warmup: u32,
+    #[serde(default)]
+    pub cosine: bool,
+    #[serde(default = "default_min_ratio")]
+    pub min_ratio: f32,
+    #[serde(default = "default_clip")]
+    pub max_grad_norm: f32,
+    #[serde(default)]
+    pub weight_decay: f32,
+}
+
+fn default_min_ratio() -> f32 {
+    0.1
+}
+fn default_clip() -> f32 {
+    1.0
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingConfig {
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: u32,
+    pub max_tokens: usize,
+}
+
+impl Default for SamplingConfig {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            max_tokens: 64,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TasksConfig {
+    /// Questions with one right answer: a JSONL of `{"prompt", "answer"}`.
+    Reply { file: PathBuf },
+}
+
+#[derive(Clone, Debug, Deserialize)]
+struct ReplyTask {
+    prompt: String,
+    answer: String,
+}
+
+/// The metrics line of one update.
+#[derive(Serialize)]
+struct Metrics<'a> {
+    #[serde(flatten)]
+    update: &'a UpdateStats,
+    groups: usize,
+    groups_skipped: usize,
+    /// Tasks whose group carried signal, of those drawn: the in-band fraction.
+    in_band: f64,
+    sample_ms: f64,
+    step_ms: f64,
+}
+
+impl RunConfig {
+    pub fn read(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let mut config: Self = toml::from_str(&text)
+            .with_context(|| format!("{} is not a run config", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        resolve(&mut config.model);
+        if let Some(out) = &mut config.out {
+            resolve(out);
+        }
+        match &mut config.tasks {
+            TasksConfig::Reply { file } => resolve(file),
+        }
+        if config.group < 2 {
+            bail!("group must be at least 2: advantages are relative to the group");
+        }
+        if config.adapter.rank == 0 || config.steps == 0 || config.groups_per_step == 0 {
+            bail!("adapter.rank, steps and groups_per_step must be at least 1");
+        }
+        Ok(config)
+    }
+
+    fn norm(&self) -> Result<AdvantageNorm> {
+        match self.advantage.as_str() {
+            "group-std" => Ok(AdvantageNorm::GroupStd),
+            "none" => Ok(AdvantageNorm::None),
+            other => bail!("advantage {other:?}: group-std or none"),
+        }
+    }
+
+    fn schedule(&self) -> Schedule {
+        Schedule {
+            lr: self.optimizer.lr,
+            warmup: self.optimizer.warmup,
+            total: self.steps,
+            cosine: self.optimizer.cosine,
+            min_ratio: self.optimizer.min_ratio,
+        }
+    }
+
+    fn adamw(&self) -> AdamWConfig {
+        AdamWConfig {
+            weight_decay: self.optimizer.weight_decay,
+            max_grad_norm: Some(self.optimizer.max_grad_norm),
+            ..AdamWConfig::default()
+        }
+    }
+}
+
+/// PEFT's initialisation: A uniform in ±1/√n_in (kaiming-uniform with a = √5), B zero, so the
+/// adapted model starts as the base model. Seeded.
+pub fn initial_adapter(
+    targets: &[(String, usize, usize)],
+    rank: usize,
+    alpha: f32,
+    seed: u64,
+) -> LoraAdapter {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let tensors = targets
+        .iter()
+        .map(|(target, n_out, n_in)| {
+            let bound = 1.0 / (*n_in as f32).sqrt();
+            LoraTensor {
+                target: target.clone(),
+                rank,
+                n_in: *n_in,
+                n_out: *n_out,
+                a: (0..rank * n_in)
+                    .map(|_| rng.random_range(-bound..bound))
+                    .collect(),
+                b: vec![0.0; n_out * rank],
+            }
+        })
+        .collect();
+    LoraAdapter {
+        rank,
+        alpha,
+        scale: alpha / rank as f32,
+        base_model: None,
+        tensors,
+    }
+}
+
+/// The order tasks are drawn in: a seeded shuffle, repeated with a new shuffle each pass.
+fn task_at(cursor: u64, n: usize, seed: u64) -> usize {
+    let pass = cursor / n as u64;
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng =
+        rand::rngs::StdRng::seed_from_u64(seed ^ pass.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    for i in (1..n).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    order[(cursor % n as u64) as usize]
+}
+
+/// The reward of a reply: 1 when the last number in it is the answer ("45 + 9 = 54" and
+/// "The answer is 54." both count; "54, no, 55" does not).
+pub fn reply_reward(reply: &str, answer: &str) -> f64 {
+    let last = reply
+        .split(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .map(|w| w.trim_start_matches('-').trim_end_matches('-'))
+        .rfind(|w| !w.is_empty());
+    f64::from(last == Some(answer.trim()))
+}
+
+pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<()> {
+    let mut config = RunConfig::read(&args.config)?;
+    let name = args
+        .config
+        .file_stem()
+        .map_or("run".into(), |n| n.to_string_lossy().into_owned());
+    let out = config
+        .out
+        .take()
+        .unwrap_or_else(|| ws.root.join("runs").join(name));
+    eprintln!("run folder: {}", out.display());
+    let norm = config.norm()?;
+    let tasks: Vec<ReplyTask> = match &config.tasks {
+        TasksConfig::Reply { file } => crate::task::read_lines(file)?,
+    };
+    if tasks.is_empty() {
+        bail!("the run has no tasks");
+    }
+    std::fs::create_dir_all(&out)?;
+    let model_args = lilypad_cli::ModelArgs {
+        model: config.model.display().to_string(),
+        quantize: Default::default(),
+        sha256: None,
+        lora: None,
+        context: Some(config.context),
+        adapter: None,
+        quiet: true,
+    };
+    let loaded = lilypad_cli::Loaded::open(&model_args)?;
+    let base = loaded.file.clone();
+    let mut model = loaded.model;
+    let targets = model.lora_targets();
+    model.set_lora(Some(&initial_adapter(
+        &targets,
+        config.adapter.rank,
+        config.adapter.alpha,
+        config.seed,
+    )))?;
+    let (mut trainer, mut run) = match load_checkpoint(&out)? {
+        Some((state, run, path)) => {
+            eprintln!("resuming from {} (update {})", path.display(), run.step);
+            let trainer = Trainer::resume(&mut model, config.adamw(), norm, &state)?;
+            (trainer, run)
+        }
+        None => (
+            Trainer::new(&mut model, config.adamw(), norm)?,
+            RunState {
+                step: 0,
+                cursor: 0,
+                episodes: 0,
+            },
+        ),
+    };
+    let name = config
+        .model
+        .file_name()
+        .map_or("model".into(), |n| n.to_string_lossy().into_owned());
+    let mut session = ChatSession::new(model, loaded.tok, &name)?;
+    let schedule = config.schedule();
+    let last = args
+        .stop_after
+        .map_or(config.steps, |s| s.min(config.steps));
+    let metrics_path = out.join("metrics.jsonl");
+    // Lines of updates the checkpoint does not hold (a kill came between the line and the
+    // checkpoint) are dropped: those updates run again.
+    for log in [&metrics_path, &out.join("episodes.jsonl")] {
+        keep_steps_before(log, run.step)?;
+    }
+    // Every episode's reply and reward, for reading what the policy does (a resumed update
+    // samples its episodes again, so an interrupted one may appear twice).
+    let mut episodes_log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out.join("episodes.jsonl"))?;
+    let started = Instant::now();
+    while run.step < last {
+        let t0 = Instant::now();
+        let mut groups = Vec::new();
+        let (mut drawn, mut skipped) = (0, 0);
+        while groups.len() < config.groups_per_step
+            && drawn < config.groups_per_step * config.max_draws
+        {
+            let task = &tasks[task_at(run.cursor, tasks.len(), config.seed)];
+            run.cursor += 1;
+            drawn += 1;
+            let mut group = Vec::with_capacity(config.group);
+            for _ in 0..config.group {
+                let seed = config
+                    .seed
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(run.episodes);
+                run.episodes += 1;
+                let (episode, reply) = reply_episode(&mut session, task, &config.sampling, seed)?;
+                let record = serde_json::json!({
+                    "step": run.step, "seed": seed, "prompt": task.prompt,
+                    "reply": reply, "reward": episode.reward,
+                });
+                writeln!(episodes_log, "{record}")?;
+                group.push(episode);
+            }
+            let rewards: Vec<f64> = group.iter().map(|e| e.reward).collect();
+            if carries_signal(&rewards) {
+                groups.push(group);
+            } else {
+                skipped += 1;
+            }
+        }
+        let sample_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let lr = schedule.lr(run.step);
+        let stats = if groups.is_empty() {
+            // Nothing to learn from this draw: the step still counts, with no update.
+            UpdateStats {
+                step: run.step,
+                lr,
+                ..Default::default()
+            }
+        } else {
+            let model = session.model_mut();
+            pollster::block_on(trainer.update(model, &groups, lr))?
+        };
+        run.step += 1;
+        let line = Metrics {
+            update: &stats,
+            groups: groups.len(),
+            groups_skipped: skipped,
+            in_band: groups.len() as f64 / drawn.max(1) as f64,
+            sample_ms,
+            step_ms: t0.elapsed().as_secs_f64() * 1e3,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&metrics_path)?;
+        writeln!(f, "{}", serde_json::to_string(&line)?)?;
+        pollster::block_on(crate::train::save_checkpoint(
+            &out,
+            session.model_mut(),
+            &base,
+            &trainer,
+            &run,
+        ))?;
+        eprintln!(
+            "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all)",
+            run.step,
+            config.steps,
+            stats.mean_reward,
+            stats.loss,
+            groups.len(),
+            skipped,
+            stats.grad_norm,
+            lr,
+            t0.elapsed().as_secs_f64(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Keeps the JSON lines of `path` whose `step` is below `step`.
+fn keep_steps_before(path: &Path, step: u32) -> Result<()> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(());
+    };
+    let kept: String = text
+        .lines()
+        .filter(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s < u64::from(step))
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    if kept.len() != text.len() {
+        crate::workspace::write_atomic(path, kept.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// One single-turn episode: the question, the policy's reply, its reward; and the reply.
+fn reply_episode(
+    session: &mut ChatSession,
+    task: &ReplyTask,
+    sampling: &SamplingConfig,
+    seed: u64,
+) -> Result<(Episode, String)> {
+    session.reset();
+    let messages = [Message::user(&task.prompt)];
+    let request = Request {
+        messages: &messages,
+        tools: &[],
+        sampling: Sampling {
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            seed,
+        },
+        max_tokens: sampling.max_tokens,
+        enable_thinking: false,
+    };
+    let _ = session.take_transcript();
+    let completion = pollster::block_on(session.complete(&request, &mut |_| true))?;
+    let episode = Episode {
+        transcript: session.take_transcript(),
+        reward: reply_reward(&completion.text, &task.answer),
+        logp_old: None,
+    };
+    Ok((episode, completion.text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_judged_by_their_last_number() {
+        assert_eq!(reply_reward("Let me think.\n12", "12"), 1.0);
+        assert_eq!(reply_reward("5 + 7 = 12.\n\n", "12"), 1.0);
+        assert_eq!(reply_reward("The answer is 12", "12"), 1.0);
+        assert_eq!(reply_reward("12\nno, 13", "12"), 0.0);
+        assert_eq!(reply_reward("5 + 7 = ", "12"), 0.0);
+        assert_eq!(reply_reward("120", "12"), 0.0);
+        assert_eq!(reply_reward("", "12"), 0.0);
+    }
+
+    #[test]
+    fn every_task_is_drawn_once_per_pass_in_a_seeded_order() {
+        let pass: Vec<usize> = (0..5).map(|c| task_at(c, 5, 7)).collect();
+        let mut sorted = pass.clone();
+        sorted.sort();
+        assert_eq!(sorted, [0, 1, 2, 3, 4]);
+        let again: Vec<usize> = (0..5).map(|c| task_at(c, 5, 7)).collect();
+        assert_eq!(pass, again);
+        let next: Vec<usize> = (5..10).map(|c| task_at(c, 5, 7)).collect();
+        assert_ne!(pass, next, "a new pass, a new order (with these seeds)");
+    }
+}
