@@ -65,8 +65,29 @@ pub struct RunConfig {
     #[serde(default)]
     pub sampling: SamplingConfig,
     pub tasks: TasksConfig,
+    /// Held-out evaluation: the mean reward of `k` seeded samples per task, before the first
+    /// update, every `every` updates and after the last.
+    #[serde(default)]
+    pub eval: Option<EvalConfig>,
     #[serde(default = "default_norm")]
     pub advantage: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    pub file: PathBuf,
+    #[serde(default = "default_eval_k")]
+    pub k: usize,
+    #[serde(default = "default_eval_every")]
+    pub every: u32,
+}
+
+fn default_eval_k() -> usize {
+    4
+}
+fn default_eval_every() -> u32 {
+    10
 }
 
 fn default_group() -> usize {
@@ -179,6 +200,9 @@ impl RunConfig {
         }
         match &mut config.tasks {
             TasksConfig::Reply { file } => resolve(file),
+        }
+        if let Some(eval) = &mut config.eval {
+            resolve(&mut eval.file);
         }
         if config.group < 2 {
             bail!("group must be at least 2: advantages are relative to the group");
@@ -346,6 +370,58 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         .create(true)
         .append(true)
         .open(out.join("episodes.jsonl"))?;
+    let eval_tasks: Vec<ReplyTask> = match &config.eval {
+        Some(eval) => crate::task::read_lines(&eval.file)?,
+        None => Vec::new(),
+    };
+    let eval_path = out.join("eval.jsonl");
+    keep_steps_before(&eval_path, run.step + 1)?;
+    let evaluate = |session: &mut ChatSession, step: u32| -> Result<()> {
+        let Some(eval) = &config.eval else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let mut total = 0.0;
+        for (i, task) in eval_tasks.iter().enumerate() {
+            for sample in 0..eval.k {
+                // Seeds of their own, the same at every evaluation.
+                let seed = u64::MAX - (i * eval.k + sample) as u64;
+                total += reply_episode(session, task, &config.sampling, seed)?
+                    .0
+                    .reward;
+            }
+        }
+        let episodes = eval_tasks.len() * eval.k;
+        let reward = total / episodes.max(1) as f64;
+        let line = serde_json::json!({
+            "step": step, "reward": reward, "episodes": episodes,
+            "ms": t0.elapsed().as_secs_f64() * 1e3,
+        });
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&eval_path)?;
+        writeln!(f, "{line}")?;
+        eprintln!("eval after {step} updates: reward {reward:.3} over {episodes} episodes");
+        Ok(())
+    };
+    let evaluated = |step: u32| {
+        std::fs::read_to_string(&eval_path).is_ok_and(|t| {
+            t.lines().any(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .is_ok_and(|v| v["step"].as_u64() == Some(u64::from(step)))
+            })
+        })
+    };
+    let eval_step = |step: u32| {
+        config.eval.as_ref().is_some_and(|e| {
+            step == 0 || step.is_multiple_of(e.every.max(1)) || step == config.steps
+        })
+    };
+    // Before the first update, or the evaluation a kill interrupted.
+    if eval_step(run.step) && !evaluated(run.step) {
+        evaluate(&mut session, run.step)?;
+    }
     let started = Instant::now();
     while run.step < last {
         let t0 = Instant::now();
@@ -413,6 +489,9 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             &trainer,
             &run,
         ))?;
+        if eval_step(run.step) {
+            evaluate(&mut session, run.step)?;
+        }
         eprintln!(
             "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all)",
             run.step,
