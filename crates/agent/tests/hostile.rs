@@ -399,3 +399,24 @@ fn detached_processes_die_without_a_sandbox() {
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert_eq!(survivors(&marker), 0, "a sleeper outlived the timeout");
 }
+
+/// A folder linked to its own parent is tracked once, never walked through the link (which
+/// would repeat its files at every depth).
+#[test]
+fn a_linked_parent_folder_is_tracked_once() {
+    let dir = tempfile::tempdir().unwrap();
+    sh(dir.path(), "mkdir d && echo x > d/x && ln -s ../d d/up");
+    let t = run_script(
+        dir.path(),
+        vec![
+            call("Bash", json!({"command": "echo y > d/x && echo z > d/new"})),
+            "done".into(),
+        ],
+    );
+    let files: Vec<&str> = t
+        .patch
+        .lines()
+        .filter_map(|l| l.strip_prefix("diff --git a/"))
+        .collect();
+    assert_eq!(files, ["d/new b/d/new", "d/x b/d/x"], "{}", t.patch);
+}

@@ -223,7 +223,11 @@ pub fn tracked_files(repo: &dyn Repository) -> Result<Vec<RepoPath>, RepoError> 
                 continue;
             }
             if is_dir {
-                pending.push((path, rules.clone()));
+                // A linked folder is not walked, as `Repository::walk_files` does not: a link
+                // to a parent would repeat the tree without end.
+                if !repo.is_link(&path) {
+                    pending.push((path, rules.clone()));
+                }
             } else {
                 out.push(path);
             }

@@ -370,6 +370,12 @@ impl Repository for DiskRepo {
         Ok(data)
     }
 
+    fn is_link(&self, path: &RepoPath) -> bool {
+        self.real(path)
+            .and_then(|full| fs::symlink_metadata(full).map_err(|e| self.io_error(path, e)))
+            .is_ok_and(|meta| meta.file_type().is_symlink())
+    }
+
     fn stamp(&self, path: &RepoPath) -> Option<Stamp> {
         let meta = self.meta(path).ok()??;
         let time = |secs: i64, nanos: i64| (secs as u64).wrapping_mul(1_000_000_000) ^ nanos as u64;

@@ -49,6 +49,12 @@ pub trait Repository {
         Ok(data)
     }
 
+    /// Whether `path` is a symbolic link. Walks do not enter linked folders (a link to a
+    /// parent would make them endless).
+    fn is_link(&self, _path: &RepoPath) -> bool {
+        false
+    }
+
     /// The file's [`Stamp`], or `None` where the repository keeps none (a change tracker then
     /// compares contents).
     fn stamp(&self, _path: &RepoPath) -> Option<Stamp> {
