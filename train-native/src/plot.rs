@@ -56,6 +56,64 @@ pub fn bar_chart(
     Ok(())
 }
 
+/// One named series of (x, y) points for [`line_chart`].
+pub struct Series<'a> {
+    pub name: &'a str,
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+}
+
+/// A line chart of `series` with y in 0..=`max`, written to `path` (points drawn as well, so a
+/// series of one point shows).
+pub fn line_chart(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    max: f64,
+) -> Result<()> {
+    let root = SVGBackend::new(path, (720, 420)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| anyhow!("drawing {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let x_max = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .fold(1f64, f64::max);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..x_max, 0f64..max.max(f64::MIN_POSITIVE))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .draw()
+        .map_err(err)?;
+    for s in series {
+        let color = s.color;
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), color))
+            .map_err(err)?
+            .label(s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +131,29 @@ mod tests {
         }
         // Two bars filled in the bar colour.
         assert_eq!(svg.matches("#2E8B57").count(), 2, "{svg}");
+    }
+
+    #[test]
+    fn a_line_chart_names_its_series_and_marks_every_point() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("curve.svg");
+        let series = [
+            Series {
+                name: "training",
+                points: vec![(1.0, 0.2), (2.0, 0.5), (3.0, 0.4)],
+                color: RGBColor(10, 20, 30),
+            },
+            Series {
+                name: "held-out",
+                points: vec![(0.0, 0.1)],
+                color: RGBColor(200, 60, 40),
+            },
+        ];
+        line_chart(&path, "reward", "updates", "mean reward", &series, 1.0).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        for text in ["reward", "updates", "training", "held-out"] {
+            assert!(svg.contains(text), "{text} missing");
+        }
+        assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
     }
 }

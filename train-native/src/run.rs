@@ -492,6 +492,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         if eval_step(run.step) {
             evaluate(&mut session, run.step)?;
         }
+        draw_curve(&out);
         eprintln!(
             "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all)",
             run.step,
@@ -506,7 +507,62 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             started.elapsed().as_secs_f64()
         );
     }
+    // Drawn again at the end, so rerunning a finished run brings the chart up to date.
+    draw_curve(&out);
+    eprintln!(
+        "{} updates of {}; curve: {}",
+        run.step,
+        config.steps,
+        out.join("curve.svg").display()
+    );
     Ok(())
+}
+
+fn draw_curve(out: &Path) {
+    if let Err(e) = plot_curve(out) {
+        eprintln!("warning: the learning curve was not drawn: {e:#}");
+    }
+}
+
+/// `curve.svg`: the training reward per update (each update's groups) and the held-out
+/// reward at each evaluation.
+fn plot_curve(out: &Path) -> Result<()> {
+    let points = |file: &str, x: fn(&serde_json::Value) -> Option<f64>, y: &str| {
+        std::fs::read_to_string(out.join(file))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| Some((x(&v)?, v[y].as_f64()?)))
+            .collect::<Vec<_>>()
+    };
+    // An update's line has the step it started from; it ends at step + 1.
+    let train = points(
+        "metrics.jsonl",
+        |v| Some(v["step"].as_f64()? + 1.0),
+        "mean_reward",
+    )
+    .into_iter()
+    .collect();
+    let eval = points("eval.jsonl", |v| v["step"].as_f64(), "reward");
+    crate::plot::line_chart(
+        &out.join("curve.svg"),
+        "GRPO: reward by update",
+        "updates",
+        "mean reward",
+        &[
+            crate::plot::Series {
+                name: "training groups (kept)",
+                points: train,
+                color: plotters::style::RGBColor(120, 160, 220),
+            },
+            crate::plot::Series {
+                name: "held-out evaluation",
+                points: eval,
+                color: plotters::style::RGBColor(200, 60, 40),
+            },
+        ],
+        1.0,
+    )
 }
 
 /// Keeps the JSON lines of `path` whose `step` is below `step`.
