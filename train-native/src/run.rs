@@ -466,7 +466,10 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             }
         } else {
             let model = session.model_mut();
-            pollster::block_on(trainer.update(model, &groups, lr))?
+            let mut stats = pollster::block_on(trainer.update(model, &groups, lr))?;
+            // The run's count: updates that found no group took no optimizer step.
+            stats.step = run.step;
+            stats
         };
         run.step += 1;
         let line = Metrics {

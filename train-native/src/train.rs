@@ -254,8 +254,22 @@ pub async fn save_checkpoint(
     run: &RunState,
 ) -> Result<()> {
     let target = dir.join("checkpoint");
+    let old = dir.join("checkpoint.old");
+    // A kill between the swap's renames left only `checkpoint.old`: it becomes the checkpoint
+    // again before anything else happens. Half-written folders of killed runs go.
+    if !target.exists() && old.exists() {
+        std::fs::rename(&old, &target)?;
+    }
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("checkpoint.new-")
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
     let fresh = dir.join(format!("checkpoint.new-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&fresh);
     std::fs::create_dir_all(fresh.join("adapter"))
         .with_context(|| format!("creating {}", fresh.display()))?;
     let adapter = model
@@ -263,23 +277,33 @@ pub async fn save_checkpoint(
         .await?
         .context("the model carries no adapter")?;
     let peft = adapter.to_peft(base)?;
-    std::fs::write(fresh.join("adapter/adapter_config.json"), &peft.config)?;
-    std::fs::write(
-        fresh.join("adapter/adapter_model.safetensors"),
-        &peft.safetensors,
-    )?;
     let state = trainer.state(model).await?;
-    std::fs::write(fresh.join("optimizer.bin"), encode_optimizer(&state))?;
-    std::fs::write(fresh.join("run.json"), serde_json::to_vec_pretty(run)?)?;
+    for (name, data) in [
+        ("adapter/adapter_config.json", peft.config),
+        ("adapter/adapter_model.safetensors", peft.safetensors),
+        ("optimizer.bin", encode_optimizer(&state)),
+        ("run.json", serde_json::to_vec_pretty(run)?),
+    ] {
+        write_synced(&fresh.join(name), &data)?;
+    }
     // Swap: the old checkpoint moves aside first, so a kill between the renames leaves
     // `checkpoint.old` (which `load_checkpoint` falls back to) and the new one whole.
-    let old = dir.join("checkpoint.old");
     let _ = std::fs::remove_dir_all(&old);
     if target.exists() {
         std::fs::rename(&target, &old)?;
     }
     std::fs::rename(&fresh, &target)?;
     let _ = std::fs::remove_dir_all(&old);
+    Ok(())
+}
+
+/// Writes `data` to `path` and flushes it to the disk, so a renamed checkpoint survives a crash
+/// of the machine too.
+fn write_synced(path: &Path, data: &[u8]) -> Result<()> {
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    std::io::Write::write_all(&mut f, data)?;
+    f.sync_all()?;
     Ok(())
 }
 

@@ -642,18 +642,20 @@ fn run_python(
     let out = drain_capped(child.stdout.take());
     let err = drain_capped(child.stderr.take());
     let started = std::time::Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break Some(status);
+    let finished = loop {
+        if lilypad_agent::shell::exited(&mut child) {
+            break true;
         }
         if started.elapsed() > PYTHON_TIMEOUT {
-            break None;
+            break false;
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    // Whatever the program left running goes with it (the child is not reaped yet).
+    // Whatever the program left running goes with it (the child is not reaped yet, so its
+    // pid still names its group).
     tag.kill_tree(child.id());
-    let _ = child.wait();
+    let waited = child.wait();
+    let status = if finished { waited.ok() } else { None };
     let collect = |drained: std::sync::mpsc::Receiver<Vec<u8>>| {
         drained
             .recv_timeout(Duration::from_millis(500))

@@ -54,6 +54,8 @@ struct Seen {
     len: u64,
     /// `None`: past the limits, not kept.
     data: Option<Rc<[u8]>>,
+    /// Where the repository keeps no stamps, a hash of contents that were not kept.
+    hash: Option<u64>,
 }
 
 impl Seen {
@@ -65,8 +67,9 @@ impl Seen {
     fn differs_from(&self, now: &Seen) -> bool {
         match (&self.data, &now.data) {
             (Some(a), Some(b)) => !Rc::ptr_eq(a, b) && a != b,
-            // Without both contents, the stamp is all there is to go by.
-            _ => self.len != now.len || self.stamp.is_none() || self.stamp != now.stamp,
+            // Without both contents, the stamp (or, without stamps, the hash) decides.
+            _ if self.stamp.is_some() => self.len != now.len || self.stamp != now.stamp,
+            _ => self.len != now.len || self.hash.is_none() || self.hash != now.hash,
         }
     }
 }
@@ -76,6 +79,15 @@ pub struct ChangeTracker {
     limits: TrackLimits,
     start: BTreeMap<RepoPath, Seen>,
     now: BTreeMap<RepoPath, Seen>,
+    rules: std::cell::RefCell<IgnoreRules>,
+}
+
+/// Each folder's ignore rules, read the first time the folder is walked and kept: a
+/// `.gitignore` the model edits does not change what is tracked (a file it starts to ignore
+/// would look deleted, one it stops ignoring added).
+#[derive(Default)]
+pub struct IgnoreRules {
+    by_dir: BTreeMap<RepoPath, Option<Rc<Gitignore>>>,
 }
 
 impl ChangeTracker {
@@ -85,6 +97,7 @@ impl ChangeTracker {
             limits,
             start: BTreeMap::new(),
             now: BTreeMap::new(),
+            rules: Default::default(),
         };
         tracker.start = tracker.observe(repo)?;
         tracker.now = tracker.start.clone();
@@ -104,7 +117,7 @@ impl ChangeTracker {
             .max_total_bytes
             .saturating_sub(self.start.values().map(Seen::kept_bytes).sum());
         let mut out = BTreeMap::new();
-        for path in tracked_files(repo)? {
+        for path in tracked_files(repo, &mut self.rules.borrow_mut())? {
             let stamp = repo.stamp(&path);
             let previous = self.now.get(&path).or_else(|| self.start.get(&path));
             if let Some(prev) = previous
@@ -120,10 +133,18 @@ impl ChangeTracker {
             let Ok(len) = repo.file_len(&path) else {
                 continue;
             };
-            let data = if len <= self.limits.max_file_bytes && len <= budget {
-                match repo.read(&path) {
-                    Ok(data) => Some(Rc::<[u8]>::from(data)),
-                    Err(_) => continue,
+            let keep = len <= self.limits.max_file_bytes && len <= budget;
+            let mut hash = None;
+            let data = if keep || stamp.is_none() {
+                let Ok(data) = repo.read(&path) else {
+                    continue;
+                };
+                if keep && data.len() as u64 <= budget {
+                    Some(Rc::<[u8]>::from(data))
+                } else {
+                    // Without stamps, a hash stands for the contents too large to keep.
+                    hash = Some(content_hash(&data));
+                    None
                 }
             } else {
                 None
@@ -132,11 +153,19 @@ impl ChangeTracker {
             let data = match (data, self.start.get(&path).and_then(|s| s.data.as_ref())) {
                 (Some(new), Some(old)) if new == *old => Some(Rc::clone(old)),
                 (data, _) => {
-                    budget -= data.as_ref().map_or(0, |d| d.len() as u64);
+                    budget = budget.saturating_sub(data.as_ref().map_or(0, |d| d.len() as u64));
                     data
                 }
             };
-            out.insert(path, Seen { stamp, len, data });
+            out.insert(
+                path,
+                Seen {
+                    stamp,
+                    len,
+                    data,
+                    hash,
+                },
+            );
         }
         Ok(out)
     }
@@ -177,6 +206,13 @@ impl ChangeTracker {
     }
 }
 
+/// FNV-1a: stable, dependency-free, enough to tell a changed file from an unchanged one.
+fn content_hash(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// A file's contents for a patch: `None` where it does not exist.
 fn contents(seen: Option<&Seen>) -> Option<&[u8]> {
     seen.map(|s| s.data.as_deref().unwrap_or(patch::UNKEPT))
@@ -190,26 +226,42 @@ fn same_data(a: &Seen, b: &Seen) -> bool {
 }
 
 /// Every file a patch should cover: a walk that skips [`BUILD_DIRS`] and what the `.gitignore`
-/// files (the root's and every folder's) and `.git/info/exclude` ignore.
-pub fn tracked_files(repo: &dyn Repository) -> Result<Vec<RepoPath>, RepoError> {
+/// files (the root's and every folder's) and `.git/info/exclude` ignore, with each folder's
+/// rules as `rules` first saw them.
+pub fn tracked_files(
+    repo: &dyn Repository,
+    rules: &mut IgnoreRules,
+) -> Result<Vec<RepoPath>, RepoError> {
     let root = RepoPath::root();
     let mut out = Vec::new();
-    let exclude = RepoPath::new(".git/info/exclude").ok();
-    let base = ignore_file(repo, &root, exclude.as_ref());
+    let exclude_key = RepoPath::new(".git/info").unwrap_or_else(|_| root.clone());
+    let base = rules
+        .by_dir
+        .entry(exclude_key)
+        .or_insert_with(|| {
+            let exclude = RepoPath::new(".git/info/exclude").ok();
+            Some(ignore_file(repo, &root, exclude.as_ref()))
+        })
+        .clone()
+        .unwrap_or_else(|| Rc::new(Gitignore::empty()));
     let mut pending = vec![(root.clone(), vec![base])];
-    while let Some((dir, rules)) = pending.pop() {
+    while let Some((dir, chain)) = pending.pop() {
         let entries = match repo.list_dir(&dir) {
             Ok(entries) => entries,
             Err(_) if !dir.is_root() => continue,
             Err(RepoError::NotFound(_)) => return Ok(out),
             Err(e) => return Err(e),
         };
-        let mut rules = rules;
-        if let Ok(file) = dir.join(".gitignore") {
-            let own = ignore_file(repo, &dir, Some(&file));
-            if !own.is_empty() {
-                rules.push(own);
-            }
+        let mut chain = chain;
+        let own = rules.by_dir.entry(dir.clone()).or_insert_with(|| {
+            let own = dir
+                .join(".gitignore")
+                .ok()
+                .map(|file| ignore_file(repo, &dir, Some(&file)));
+            own.filter(|g| !g.is_empty())
+        });
+        if let Some(own) = own {
+            chain.push(own.clone());
         }
         for entry in entries {
             let Ok(path) = dir.join(&entry.name) else {
@@ -218,7 +270,7 @@ pub fn tracked_files(repo: &dyn Repository) -> Result<Vec<RepoPath>, RepoError> 
             let is_dir = entry.kind == EntryKind::Dir;
             if crate::SKIPPED_DIRS.contains(&entry.name.as_str())
                 || (is_dir && BUILD_DIRS.contains(&entry.name.as_str()))
-                || ignored(&rules, &path, is_dir)
+                || ignored(&chain, &path, is_dir)
             {
                 continue;
             }
@@ -226,7 +278,7 @@ pub fn tracked_files(repo: &dyn Repository) -> Result<Vec<RepoPath>, RepoError> 
                 // A linked folder is not walked, as `Repository::walk_files` does not: a link
                 // to a parent would repeat the tree without end.
                 if !repo.is_link(&path) {
-                    pending.push((path, rules.clone()));
+                    pending.push((path, chain.clone()));
                 }
             } else {
                 out.push(path);

@@ -115,11 +115,20 @@ pub(crate) fn file_diff(out: &mut String, path: &RepoPath, old: Option<&[u8]>, n
             let tab = |name: &str| if name.contains(' ') { "\t" } else { "" };
             let _ = writeln!(out, "--- {}{}", quote(&old_name), tab(&old_name));
             let _ = writeln!(out, "+++ {}{}", quote(&new_name), tab(&new_name));
-            let lines = TextDiff::configure()
-                .algorithm(Algorithm::Myers)
-                .timeout(DIFF_TIMEOUT)
-                .diff_lines(old_text, new_text);
-            let _ = write!(out, "{}", lines.unified_diff().context_radius(3));
+            if has_bare_cr(old_text) || has_bare_cr(new_text) {
+                // `similar` ends a line at a lone `\r`; git and the patch parser only at `\n`.
+                // diffy splits as they do (without a deadline: such files are rare).
+                let patch = diffy::DiffOptions::new()
+                    .create_patch(old_text, new_text)
+                    .to_string();
+                out.extend(patch.splitn(3, '\n').skip(2));
+            } else {
+                let lines = TextDiff::configure()
+                    .algorithm(Algorithm::Myers)
+                    .timeout(DIFF_TIMEOUT)
+                    .diff_lines(old_text, new_text);
+                let _ = write!(out, "{}", lines.unified_diff().context_radius(3));
+            }
         }
         _ => {
             let _ = writeln!(
@@ -130,6 +139,12 @@ pub(crate) fn file_diff(out: &mut String, path: &RepoPath, old: Option<&[u8]>, n
             );
         }
     }
+}
+
+/// Whether `text` holds a `\r` that does not start a `\r\n`.
+fn has_bare_cr(text: &str) -> bool {
+    text.match_indices('\r')
+        .any(|(i, _)| text.as_bytes().get(i + 1) != Some(&b'\n'))
 }
 
 /// Text as git sees it: NUL bytes make a file binary. Other invalid UTF-8 is treated as binary
@@ -335,6 +350,23 @@ mod tests {
         let mut applied = old.clone();
         apply(&mut applied, &patch).unwrap();
         assert_eq!(applied, new);
+    }
+
+    /// A lone `\r` is part of its line, as git sees it; CRLF line ends survive too.
+    #[test]
+    fn carriage_returns_stay_inside_their_lines() {
+        for (old, new) in [
+            ("a\rb\n", "a\rc\n"),
+            ("x\ry", "x\rz"),
+            ("one\r\ntwo\r\n", "one\r\nTWO\r\n"),
+        ] {
+            let before = snap(&[("f.txt", old), ("g.txt", "g\n")]);
+            let after = snap(&[("f.txt", new), ("g.txt", "G\n")]);
+            let patch = diff(&before, &after);
+            let mut applied = before.clone();
+            apply(&mut applied, &patch).unwrap();
+            assert_eq!(applied, after, "{patch:?}");
+        }
     }
 
     #[test]

@@ -961,3 +961,47 @@ fn virtual_repo_is_bounded() {
     assert_eq!(r.kind(&p("b.txt")), None);
     assert_eq!(r.read(&p("a.txt")).unwrap(), vec![b'b'; 900]);
 }
+
+/// In memory (no stamps), a file too large to keep is compared by hash: untouched it is not
+/// in the patch, changed it is named as a binary change.
+#[test]
+fn change_tracking_without_stamps_hashes_large_files() {
+    use lilypad_repo::{ChangeTracker, TrackLimits};
+    let mut r = VirtualRepo::new("/repo");
+    r.write(&p("big.txt"), &[b'a'; 100]).unwrap();
+    r.write(&p("small.txt"), b"s\n").unwrap();
+    let limits = TrackLimits {
+        max_file_bytes: 10,
+        max_total_bytes: 1 << 20,
+    };
+    let mut t = ChangeTracker::new(&r, limits).unwrap();
+    r.write(&p("small.txt"), b"t\n").unwrap();
+    t.update(&r).unwrap();
+    assert!(!t.patch().contains("big.txt"), "{}", t.patch());
+    assert!(t.patch().contains("+t"), "{}", t.patch());
+    r.write(&p("big.txt"), &[b'b'; 100]).unwrap();
+    t.update(&r).unwrap();
+    assert!(
+        t.patch()
+            .contains("Binary files a/big.txt and b/big.txt differ"),
+        "{}",
+        t.patch()
+    );
+}
+
+/// The ignore rules are those of the start: a `.gitignore` edited during the run neither
+/// hides a file that was tracked (it would look deleted) nor reveals one that was not.
+#[test]
+fn edits_to_gitignore_do_not_change_what_is_tracked() {
+    use lilypad_repo::{ChangeTracker, TrackLimits};
+    let mut r = VirtualRepo::new("/repo");
+    r.write(&p(".gitignore"), b"*.tmp\n").unwrap();
+    r.write(&p("debug.log"), b"kept\n").unwrap();
+    r.write(&p("scratch.tmp"), b"ignored\n").unwrap();
+    let mut t = ChangeTracker::new(&r, TrackLimits::default()).unwrap();
+    r.write(&p(".gitignore"), b"*.log\n").unwrap();
+    r.write(&p("scratch.tmp"), b"changed\n").unwrap();
+    t.update(&r).unwrap();
+    let files: Vec<String> = t.changes().iter().map(|(p, _)| p.to_string()).collect();
+    assert_eq!(files, [".gitignore"], "{}", t.patch());
+}

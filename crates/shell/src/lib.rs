@@ -10,7 +10,7 @@ pub mod cut;
 #[cfg(unix)]
 mod native;
 #[cfg(unix)]
-pub use native::{CommandTag, DEFAULT_OUTPUT_LIMIT, NativeShell};
+pub use native::{CommandTag, DEFAULT_OUTPUT_LIMIT, NativeShell, exited};
 #[cfg(unix)]
 mod sandbox;
 #[cfg(unix)]

@@ -209,9 +209,11 @@ fn exit_code(status: ExitStatus) -> Option<i32> {
     status.code().or_else(|| status.signal().map(|s| 128 + s))
 }
 
-/// Whether the shell has exited, without reaping it (`WNOWAIT`).
+/// Whether `child` has exited, without reaping it (`WNOWAIT`) where the platform allows:
+/// until it is reaped its pid still names its process group, so [`CommandTag::kill_tree`]
+/// can follow.
 #[cfg(any(target_os = "linux", target_os = "android"))]
-fn exited(child: &mut Child) -> bool {
+pub fn exited(child: &mut Child) -> bool {
     // SAFETY: a zeroed siginfo_t is a valid out-parameter; waitid only writes into it.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
@@ -225,7 +227,7 @@ fn exited(child: &mut Child) -> bool {
 /// be reused as a group id once every process of the group is gone, which is when killing the
 /// group is no longer needed.
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn exited(child: &mut Child) -> bool {
+pub fn exited(child: &mut Child) -> bool {
     !matches!(child.try_wait(), Ok(None))
 }
 
