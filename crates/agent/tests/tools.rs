@@ -814,13 +814,17 @@ mod native {
             "{:?}",
             start.elapsed()
         );
-        // The subshell and its sleep, named so the model knows its job is gone.
-        assert_eq!(
-            obs,
-            Observation::ok(
-                "started\n\n[2 processes the command left running in the background were \
-                 stopped when it ended]"
-            )
+        // The job is named, so the model knows it is gone (the subshell, and its sleep once
+        // it has started: how many depends on timing).
+        assert!(!obs.is_error, "{obs:?}");
+        assert!(obs.content.starts_with("started\n\n["), "{obs:?}");
+        assert!(
+            obs.content.ends_with(
+                "the command left running in the background were stopped when it ended]"
+            ) || obs.content.ends_with(
+                "1 process the command left running in the background was stopped when it ended]"
+            ),
+            "{obs:?}"
         );
         // Past the moment the job would have written its marker.
         std::thread::sleep(Duration::from_millis(2500).saturating_sub(start.elapsed()));
