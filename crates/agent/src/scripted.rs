@@ -60,6 +60,35 @@ impl ScriptedModel {
         }
     }
 
+    /// Replies read from JSON: an array of reply texts, `{"replies": [...]}`, or a recorded
+    /// trajectory (replayed as [`ScriptedModel::from_trajectory`] does). `name` names the
+    /// first two kinds; the error says what the text is not.
+    pub fn from_json(name: &str, text: &str) -> Result<Self, String> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        let replies = match &value {
+            serde_json::Value::Array(_) => &value,
+            serde_json::Value::Object(o) if o.contains_key("replies") => &value["replies"],
+            serde_json::Value::Object(o) if o.contains_key("steps") => {
+                let t =
+                    Trajectory::from_json(text).map_err(|e| format!("not a trajectory: {e}"))?;
+                return Ok(Self::from_trajectory(&t));
+            }
+            _ => {
+                return Err(
+                    "neither a JSON array of reply texts nor a trajectory.json (nor \
+                     {\"replies\": [...]})"
+                        .into(),
+                );
+            }
+        };
+        let texts: Vec<&str> = replies
+            .as_array()
+            .and_then(|a| a.iter().map(serde_json::Value::as_str).collect())
+            .ok_or("replies must be strings (reply texts)")?;
+        Ok(Self::new(name, &texts))
+    }
+
     pub fn with_context(mut self, tokens: usize) -> Self {
         self.context = tokens;
         self

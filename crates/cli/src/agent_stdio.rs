@@ -521,33 +521,12 @@ fn load_repo(root: &str, spec: RepoSpec) -> Result<VirtualRepo, RepoError> {
 fn scripted(path: &Path) -> Result<ScriptedModel, String> {
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let value: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
     let name = format!(
         "scripted:{}",
         path.file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into())
     );
-    let replies = match &value {
-        Value::Array(_) => &value,
-        Value::Object(o) if o.contains_key("replies") => &value["replies"],
-        Value::Object(o) if o.contains_key("steps") => {
-            let t = Trajectory::from_json(&text)
-                .map_err(|e| format!("{}: not a trajectory: {e}", path.display()))?;
-            return Ok(ScriptedModel::from_trajectory(&t));
-        }
-        _ => {
-            return Err(format!(
-                "{}: expected a trajectory, {{\"replies\": [...]}} or an array of strings",
-                path.display()
-            ));
-        }
-    };
-    let texts: Vec<&str> = replies
-        .as_array()
-        .and_then(|a| a.iter().map(Value::as_str).collect())
-        .ok_or_else(|| format!("{}: replies must be strings", path.display()))?;
-    Ok(ScriptedModel::new(&name, &texts))
+    ScriptedModel::from_json(&name, &text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Runs `python`/`pytest` with the machine's Python in a scratch copy of the snapshot, then

@@ -210,28 +210,8 @@ impl LanguageModel for Replier {
 fn replay_script(file: &Path) -> Result<ScriptedModel> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
-    if let serde_json::Value::Array(items) = &value {
-        let texts = items
-            .iter()
-            .map(|item| item.as_str())
-            .collect::<Option<Vec<&str>>>()
-            .with_context(|| {
-                format!(
-                    "{}: a replay array holds reply texts (strings) only",
-                    file.display()
-                )
-            })?;
-        return Ok(ScriptedModel::new("replay", &texts));
-    }
-    let recorded = Trajectory::from_json(&text).with_context(|| {
-        format!(
-            "{} is neither a JSON array of reply texts nor a trajectory.json",
-            file.display()
-        )
-    })?;
-    Ok(ScriptedModel::from_trajectory(&recorded))
+    ScriptedModel::from_json("replay", &text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
 }
 
 /// Appends one SWE-bench predictions line in a single write, so concurrent runs appending to

@@ -126,12 +126,9 @@ impl DiskRepo {
     }
 
     /// Opens the regular file at `path` for reading. `O_NONBLOCK` keeps a FIFO from blocking
-    /// the open; the type is then checked on the open file itself.
+    /// the open; the type (a folder included) is then checked on the open file itself.
     fn open_file(&self, path: &RepoPath) -> Result<(File, fs::Metadata), RepoError> {
         let full = self.real(path)?;
-        if self.meta(path)?.is_some_and(|m| m.is_dir()) {
-            return Err(RepoError::IsADirectory(self.shown(path)));
-        }
         let file = OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK)

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::sandbox::{PidsCgroup, Sandbox, count_descendants};
+use super::sandbox::{PidsCgroup, Sandbox, count_descendants, proc_pids};
 use super::{Shell, ShellOutput};
 use crate::cut::cut_note;
 use lilypad_repo::Repository;
@@ -263,12 +263,9 @@ impl CommandTag {
     /// left, so it is not counted).
     pub fn processes(&self) -> Vec<libc::pid_t> {
         let entry = format!("{COMMAND_TAG}={}", self.0);
-        let Ok(procs) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        procs
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        proc_pids()
+            .into_iter()
+            .filter_map(|pid| libc::pid_t::try_from(pid).ok())
             .filter(|pid| {
                 std::fs::read(format!("/proc/{pid}/environ"))
                     .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == entry.as_bytes()))

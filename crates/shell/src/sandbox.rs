@@ -380,16 +380,10 @@ fn find_on_path(path: &std::ffi::OsStr, name: &str) -> Option<PathBuf> {
 /// Processes descending from `root` (itself included), from /proc: in a PID namespace every
 /// process of the sandbox is one, because orphans are adopted by the namespace's first process.
 pub(crate) fn count_descendants(root: u32) -> usize {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let mut parent = std::collections::HashMap::new();
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
+    for pid in proc_pids() {
         // "pid (comm) state ppid …": comm may hold spaces and parentheses, so read after the last ')'.
-        if let Ok(stat) = std::fs::read_to_string(e.path().join("stat"))
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             && let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..])
             && let Some(ppid) = rest.split_whitespace().nth(1).and_then(|s| s.parse().ok())
         {
@@ -412,6 +406,17 @@ pub(crate) fn count_descendants(root: u32) -> usize {
             false
         })
         .count()
+}
+
+/// Every process the machine's `/proc` lists (none where there is no `/proc`).
+pub(crate) fn proc_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
 }
 
 #[cfg(test)]
