@@ -11,7 +11,6 @@
 //! `agent`, the synthesized bug-fix tasks, each episode a sandboxed agent run graded by the
 //! project's tests.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -25,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::grpo::{AdvantageNorm, carries_signal};
+use crate::task::{append_line, read_lines};
 use crate::train::{Episode, RunState, Schedule, Trainer, UpdateStats, load_checkpoint};
 
 #[derive(Args)]
@@ -309,7 +309,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     eprintln!("run folder: {}", out.display());
     let norm = config.norm()?;
     let tasks: Vec<ReplyTask> = match &config.tasks {
-        TasksConfig::Reply { file } => crate::task::read_lines(file)?,
+        TasksConfig::Reply { file } => read_lines(file)?,
     };
     if tasks.is_empty() {
         bail!("the run has no tasks");
@@ -364,14 +364,10 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     for log in [&metrics_path, &out.join("episodes.jsonl")] {
         keep_steps_before(log, run.step)?;
     }
-    // Every episode's reply and reward, for reading what the policy does (a resumed update
-    // samples its episodes again, so an interrupted one may appear twice).
-    let mut episodes_log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(out.join("episodes.jsonl"))?;
+    // Every episode's reply and reward, for reading what the policy does.
+    let episodes_log = out.join("episodes.jsonl");
     let eval_tasks: Vec<ReplyTask> = match &config.eval {
-        Some(eval) => crate::task::read_lines(&eval.file)?,
+        Some(eval) => read_lines(&eval.file)?,
         None => Vec::new(),
     };
     let eval_path = out.join("eval.jsonl");
@@ -397,21 +393,14 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             "step": step, "reward": reward, "episodes": episodes,
             "ms": t0.elapsed().as_secs_f64() * 1e3,
         });
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&eval_path)?;
-        writeln!(f, "{line}")?;
+        append_line(&eval_path, &line)?;
         eprintln!("eval after {step} updates: reward {reward:.3} over {episodes} episodes");
         Ok(())
     };
-    let evaluated = |step: u32| {
-        std::fs::read_to_string(&eval_path).is_ok_and(|t| {
-            t.lines().any(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .is_ok_and(|v| v["step"].as_u64() == Some(u64::from(step)))
-            })
-        })
+    let evaluated = |step: u32| -> Result<bool> {
+        Ok(read_lines::<serde_json::Value>(&eval_path)?
+            .iter()
+            .any(|v| v["step"].as_u64() == Some(u64::from(step))))
     };
     let eval_step = |step: u32| {
         config.eval.as_ref().is_some_and(|e| {
@@ -419,7 +408,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         })
     };
     // Before the first update, or the evaluation a kill interrupted.
-    if eval_step(run.step) && !evaluated(run.step) {
+    if eval_step(run.step) && !evaluated(run.step)? {
         evaluate(&mut session, run.step)?;
     }
     let started = Instant::now();
@@ -445,7 +434,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                     "step": run.step, "seed": seed, "prompt": task.prompt,
                     "reply": reply, "reward": episode.reward,
                 });
-                writeln!(episodes_log, "{record}")?;
+                append_line(&episodes_log, &record)?;
                 group.push(episode);
             }
             let rewards: Vec<f64> = group.iter().map(|e| e.reward).collect();
@@ -480,11 +469,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             sample_ms,
             step_ms: t0.elapsed().as_secs_f64() * 1e3,
         };
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&metrics_path)?;
-        writeln!(f, "{}", serde_json::to_string(&line)?)?;
+        append_line(&metrics_path, &line)?;
         pollster::block_on(crate::train::save_checkpoint(
             &out,
             session.model_mut(),
@@ -531,22 +516,20 @@ fn draw_curve(out: &Path) {
 /// reward at each evaluation.
 fn plot_curve(out: &Path) -> Result<()> {
     let points = |file: &str, x: fn(&serde_json::Value) -> Option<f64>, y: &str| {
-        std::fs::read_to_string(out.join(file))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|v| Some((x(&v)?, v[y].as_f64()?)))
-            .collect::<Vec<_>>()
+        Ok::<_, anyhow::Error>(
+            read_lines::<serde_json::Value>(&out.join(file))?
+                .iter()
+                .filter_map(|v| Some((x(v)?, v[y].as_f64()?)))
+                .collect::<Vec<_>>(),
+        )
     };
     // An update's line has the step it started from; it ends at step + 1.
     let train = points(
         "metrics.jsonl",
         |v| Some(v["step"].as_f64()? + 1.0),
         "mean_reward",
-    )
-    .into_iter()
-    .collect();
-    let eval = points("eval.jsonl", |v| v["step"].as_f64(), "reward");
+    )?;
+    let eval = points("eval.jsonl", |v| v["step"].as_f64(), "reward")?;
     crate::plot::line_chart(
         &out.join("curve.svg"),
         "GRPO: reward by update",
