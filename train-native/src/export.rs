@@ -79,9 +79,7 @@ pub fn export_command(args: &ExportArgs) -> Result<()> {
             )
         })?;
     // Written beside the target and renamed: a reader never sees half a model.
-    let tmp = args.out.with_extension("gguf.partial");
-    std::fs::write(&tmp, &merged).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &args.out).with_context(|| format!("writing {}", args.out.display()))?;
+    crate::workspace::write_atomic(&args.out, &merged)?;
     eprintln!(
         "merged model: {} ({:.1} MiB, {} adapted weights stored as {:?}) in {:.1} s",
         args.out.display(),
