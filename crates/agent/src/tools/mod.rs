@@ -150,7 +150,7 @@ fn resolve(repo: &dyn Repository, input: &str) -> Result<(RepoPath, String), Str
 }
 
 /// The largest file Read and Edit load whole; bigger ones are looked at in parts with Bash.
-pub(crate) const MAX_FILE_BYTES: u64 = 32 << 20;
+const MAX_FILE_BYTES: u64 = 32 << 20;
 
 /// A text file's bytes, or `None` when nothing is there. A folder, a special file, a binary file
 /// or one over [`MAX_FILE_BYTES`] is an error naming what the model can do instead (`what` says
@@ -171,9 +171,8 @@ fn text_file(
         // Neither file nor folder: missing, or a FIFO, socket or device the repository names.
         None => {
             return match repo.file_len(path) {
-                Err(RepoError::NotFound(_)) => Ok(None),
+                Err(RepoError::NotFound(_)) | Ok(_) => Ok(None),
                 Err(e) => Err(e.to_string()),
-                Ok(_) => Ok(None),
             };
         }
         Some(EntryKind::File) => {}
