@@ -36,83 +36,29 @@ struct Params {
 #endif
 
 const NEG_BIG: f32 = -3.0e38;
-const LANES = 8u;
 // Positions scored before the running max and the accumulators are rescaled.
 const CHUNK = 8u;
-// vec4s of a row that each lane loads for the others.
-const SLOTS = (HD4 + LANES - 1u) / LANES;
 
-alias Row = array<vec4<f32>, HD4>;
-
-var<private> lane: u32;
-var<private> shared_rows: bool;
-
-// A row from this lane's share of it (vec4s lane, lane + 8, …).
-fn spread(mine: array<vec4<f32>, SLOTS>) -> Row {
-    var r: Row;
-#if SUBGROUPS
-    for (var i = 0u; i < HD4; i++) {
-        r[i] = subgroupShuffle(mine[i / LANES], i % LANES);
-    }
-#endif
-    return r;
-}
+#include "common/attention_rows.wgsl"
 
 // Element i of K (which = 0) or V (1): one row loader for both, folded at each call.
-fn kv(which: u32, i: u32) -> vec4<f32> {
+fn load(which: u32, i: u32) -> vec4<f32> {
     if which == 0u {
         return k[i];
     }
     return v[i];
 }
 
-fn kv_row(which: u32, base: u32) -> Row {
-    if shared_rows {
-        var mine: array<vec4<f32>, SLOTS>;
-        for (var j = 0u; j < SLOTS; j++) {
-            mine[j] = kv(which, base + min(j * LANES + lane, HD4 - 1u));
-        }
-        return spread(mine);
-    }
-    var r: Row;
-    for (var i = 0u; i < HD4; i++) {
-        r[i] = kv(which, base + i);
-    }
-    return r;
-}
-
 @compute @workgroup_size(LANES)
-fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32,
-#if SUBGROUPS
-             @builtin(subgroup_size) sg_size: u32, @builtin(subgroup_invocation_id) sg_id: u32,
-#endif
-             ) {
-#if SUBGROUPS
-    shared_rows = sg_size == LANES;
-    lane = sg_id;
-#endif
+fn attention(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
+    let tid = enter(ids);
     let head = wid.x;
     let t0 = wid.y * LANES;
     if t0 >= step.n_tokens {
         return;
     }
-    // Lanes past the last token repeat it (all lanes take part in the shuffles) and store nothing.
-    let t_last = min(t0 + LANES, step.n_tokens) - 1u;
-    let t = min(t0 + tid, t_last);
-    let n_pos = step.tok[t].x + 1u;
-    // This token's sequence starts at cache row `first`.
-    let first = step.tok[t].y - step.tok[t].x;
-    // The workgroup walks the positions its farthest-seeing token sees: the same loop for
-    // every lane. Lanes share K/V rows only when they all read one sequence.
-    var n_pos_all = 0u;
-    var one_sequence = true;
-    for (var j = t0; j <= t_last; j++) {
-        n_pos_all = max(n_pos_all, step.tok[j].x + 1u);
-        one_sequence = one_sequence && step.tok[j].y - step.tok[j].x == step.tok[t0].y - step.tok[t0].x;
-    }
-    shared_rows = shared_rows && one_sequence;
-    // Shared rows: the last position any lane needs; otherwise this lane's own last.
-    let last_pos = select(n_pos, n_pos_all, shared_rows) - 1u;
+    let a = query_lane(t0, tid);
+    let t = a.t;
     let kv_head = head / (p.n_head / p.n_kv);
     let q_base = (t * p.n_head + head) * HD4;
     var qv: Row;
@@ -122,18 +68,14 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     var m = NEG_BIG;
     var l = 0.0;
     var acc: Row;
-    for (var c0 = 0u; c0 < n_pos_all; c0 += CHUNK) {
+    for (var c0 = 0u; c0 < a.n_pos_all; c0 += CHUNK) {
         var s: array<f32, CHUNK>;
         var m_new = m;
         for (var j = 0u; j < CHUNK; j++) {
-            let row = first + min(c0 + j, last_pos);
-            let kr = kv_row(0u, (row * p.n_kv + kv_head) * HD4);
-            var d = vec4<f32>(0.0);
-            for (var i = 0u; i < HD4; i++) {
-                d += qv[i] * kr[i];
-            }
+            let row = a.first + min(c0 + j, a.last_pos);
+            let kr = load_row(0u, (row * p.n_kv + kv_head) * HD4);
             // Positions past this lane's token (or past the end) do not count.
-            s[j] = select(NEG_BIG, d.x + d.y + d.z + d.w, c0 + j < n_pos);
+            s[j] = select(NEG_BIG, dot_rows(qv, kr), c0 + j < a.n_pos);
             m_new = max(m_new, s[j]);
         }
         // Position 0 is valid for every lane, so m_new is finite from the first chunk on.
@@ -143,17 +85,17 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             acc[i] *= corr;
         }
         for (var j = 0u; j < CHUNK; j++) {
-            let row = first + min(c0 + j, last_pos);
-            let pr = select(0.0, exp(s[j] - m_new), c0 + j < n_pos);
+            let row = a.first + min(c0 + j, a.last_pos);
+            let pr = select(0.0, exp(s[j] - m_new), c0 + j < a.n_pos);
             l += pr;
-            let vr = kv_row(1u, (row * p.n_kv + kv_head) * HD4);
+            let vr = load_row(1u, (row * p.n_kv + kv_head) * HD4);
             for (var i = 0u; i < HD4; i++) {
                 acc[i] += pr * vr[i];
             }
         }
         m = m_new;
     }
-    if t0 + tid <= t_last {
+    if a.live {
         for (var i = 0u; i < HD4; i++) {
             out[q_base + i] = acc[i] / l;
         }

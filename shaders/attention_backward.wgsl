@@ -10,14 +10,22 @@
 // also see rows that earlier steps wrote, whose gradients are finished when those steps' own
 // backward runs (last step first).
 // Two entry points, each owning what it writes (no atomics): `attention_backward_dq`, a thread
-// per (query head, token), writes dq and delta; `attention_backward_dkv`, a thread per
+// per (query head, token), writes dq and delta (a workgroup holds TPG tokens' heads, so models
+// with fewer heads than WG still fill it); `attention_backward_dkv`, a thread per
 // (cache row, KV head), reads delta and adds to dk and dv. CPU adapters cut a loop short
 // after 65535 iterations per invocation (llvmpipe's loop limiter, shared by all of a shader's
 // loops), so each dispatch covers a block of positions (dq, the first block setting dq and
 // delta, the others adding) or of query tokens (dk, dv), sized by the host to stay under it.
 // DELTA_GIVEN: delta is already there (gated attention: attn_gate_backward.wgsl computes it
 // from the gated output, which is what the forward keeps) and o is not read.
-// Macros: WG, HD (the head dim: the size of each thread's accumulators), DELTA_GIVEN.
+// Macros: WG, HD (the head dim: the size of each thread's accumulators), TPG (dq's tokens per
+// workgroup: WG / n_head, or 1 with a workgroup column per WG heads), DELTA_GIVEN.
+// PER_THREAD (CPU adapters, as in attention.wgsl) with HD4 = head_dim / 4 and optionally
+// SUBGROUPS: the same two entry points, a workgroup of 8 lanes each, rows as vec4s in
+// registers. dq: the lanes are 8 consecutive tokens of one head, each keeping its q, dO and
+// dq rows, and each K/V row is loaded once for all of them. dk, dv: the lanes are 8
+// consecutive cache rows of one KV head, each keeping its K, V, dK and dV rows, and each
+// query token's q and dO rows are loaded once for all of them.
 
 #include "common/step.wgsl"
 
@@ -30,6 +38,151 @@ struct Params {
     end: u32,    // one past the last
 }
 
+#if PER_THREAD
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> o: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> d_o: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read> lse: array<f32>;
+@group(0) @binding(6) var<storage, read_write> delta: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dq: array<vec4<f32>>;
+@group(0) @binding(8) var<storage, read_write> dk: array<vec4<f32>>;
+@group(0) @binding(9) var<storage, read_write> dv: array<vec4<f32>>;
+@group(0) @binding(10) var<uniform> p: Params;
+@group(0) @binding(11) var<uniform> step: Step;
+
+#include "common/attention_rows.wgsl"
+
+// Element i of K (which = 0), V (1), q (2) or dO (3).
+fn load(which: u32, i: u32) -> vec4<f32> {
+    switch which {
+        case 0u: {
+            return k[i];
+        }
+        case 1u: {
+            return v[i];
+        }
+        case 2u: {
+            return q[i];
+        }
+        default: {
+            return d_o[i];
+        }
+    }
+}
+
+@compute @workgroup_size(LANES)
+fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
+    let tid = enter(ids);
+    let head = wid.x;
+    let t0 = wid.y * LANES;
+    if t0 >= step.n_tokens {
+        return;
+    }
+    let a = query_lane(t0, tid);
+    let t = a.t;
+    let kv_head = head / (p.n_head / p.n_kv);
+    let at = t * p.n_head + head;
+    let base = at * HD4;
+    let first_block = p.begin == 0u;
+    var qv: Row;
+    var dov: Row;
+    for (var i = 0u; i < HD4; i++) {
+        qv[i] = q[base + i];
+        dov[i] = d_o[base + i];
+    }
+#if DELTA_GIVEN
+    let dl = delta[at];
+#else
+    var dl: f32;
+    if first_block {
+        var ov: Row;
+        for (var i = 0u; i < HD4; i++) {
+            ov[i] = o[base + i];
+        }
+        dl = dot_rows(dov, ov);
+        if a.live {
+            delta[at] = dl;
+        }
+    } else {
+        dl = delta[at];
+    }
+#endif
+    let m = lse[at];
+    var acc: Row;
+    for (var j = p.begin; j < min(p.end, a.n_pos_all); j++) {
+        let rb = ((a.first + min(j, a.last_pos)) * p.n_kv + kv_head) * HD4;
+        let kr = load_row(0u, rb);
+        let vr = load_row(1u, rb);
+        // Positions past this lane's token do not count.
+        let ds = select(0.0, exp(dot_rows(qv, kr) * p.scale - m) * (dot_rows(dov, vr) - dl),
+                        j < a.n_pos);
+        for (var i = 0u; i < HD4; i++) {
+            acc[i] += ds * kr[i];
+        }
+    }
+    if a.live {
+        for (var i = 0u; i < HD4; i++) {
+            if first_block {
+                dq[base + i] = acc[i] * p.scale;
+            } else {
+                dq[base + i] += acc[i] * p.scale;
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(LANES)
+fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
+    let tid = enter(ids);
+    // Rows j0 .. j0 + 8 (positions of the step's one sequence) of KV head g.
+    let g = wid.y;
+    let j0 = wid.x * LANES;
+    let n_tokens = step.n_tokens;
+    if g >= p.n_kv || n_tokens == 0u || j0 > step.tok[n_tokens - 1u].x {
+        return;
+    }
+    // Lanes past the last row repeat it and store nothing.
+    let j_last = step.tok[n_tokens - 1u].x;
+    let j = min(j0 + tid, j_last);
+    let group = p.n_head / p.n_kv;
+    let first = step.tok[0].y - step.tok[0].x;
+    let kb = ((first + j) * p.n_kv + g) * HD4;
+    var kr: Row;
+    var vr: Row;
+    for (var i = 0u; i < HD4; i++) {
+        kr[i] = k[kb + i];
+        vr[i] = v[kb + i];
+    }
+    var ak: Row;
+    var av: Row;
+    // This dispatch's block of query tokens; those at positions before a lane's row do not see it.
+    for (var t = p.begin; t < min(p.end, n_tokens); t++) {
+        let pos = step.tok[t].x;
+        if pos < j0 {
+            continue;
+        }
+        for (var h = g * group; h < (g + 1u) * group; h++) {
+            let at = t * p.n_head + h;
+            let qr = load_row(2u, at * HD4);
+            let dor = load_row(3u, at * HD4);
+            let pr = select(0.0, exp(dot_rows(qr, kr) * p.scale - lse[at]), pos >= j);
+            let ds = pr * (dot_rows(dor, vr) - delta[at]);
+            for (var i = 0u; i < HD4; i++) {
+                ak[i] += ds * qr[i];
+                av[i] += pr * dor[i];
+            }
+        }
+    }
+    if j0 + tid <= j_last {
+        for (var i = 0u; i < HD4; i++) {
+            dk[kb + i] += ak[i] * p.scale;
+            dv[kb + i] += av[i];
+        }
+    }
+}
+#else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(2) var<storage, read> v: array<f32>;
@@ -44,9 +197,20 @@ struct Params {
 @group(0) @binding(11) var<uniform> step: Step;
 
 @compute @workgroup_size(WG)
-fn attention_backward_dq(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let head = gid.x;
-    let t = gid.y;
+fn attention_backward_dq(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(workgroup_id) wid: vec3<u32>,
+) {
+    var head = gid.x;
+    var t = wid.y;
+    if TPG > 1u {
+        head = lid.x % p.n_head;
+        t = wid.y * TPG + lid.x / p.n_head;
+        if lid.x / p.n_head >= TPG {
+            return;
+        }
+    }
     if head >= p.n_head || t >= step.n_tokens {
         return;
     }
@@ -61,7 +225,7 @@ fn attention_backward_dq(@builtin(global_invocation_id) gid: vec3<u32>) {
 #else
     var dl = 0.0;
     if first_block {
-        for (var d = 0u; d < hd; d++) {
+        for (var d = 0u; d < HD; d++) {
             dl += d_o[base + d] * o[base + d];
         }
         delta[t * p.n_head + head] = dl;
@@ -75,16 +239,16 @@ fn attention_backward_dq(@builtin(global_invocation_id) gid: vec3<u32>) {
         let kb = ((first + j) * p.n_kv + kv_head) * hd;
         var s = 0.0;
         var dp = 0.0;
-        for (var d = 0u; d < hd; d++) {
+        for (var d = 0u; d < HD; d++) {
             s += q[base + d] * k[kb + d];
             dp += d_o[base + d] * v[kb + d];
         }
         let ds = exp(s * p.scale - m) * (dp - dl);
-        for (var d = 0u; d < hd; d++) {
+        for (var d = 0u; d < HD; d++) {
             acc[d] += ds * k[kb + d];
         }
     }
-    for (var d = 0u; d < hd; d++) {
+    for (var d = 0u; d < HD; d++) {
         if first_block {
             dq[base + d] = acc[d] * p.scale;
         } else {
@@ -117,20 +281,21 @@ fn attention_backward_dkv(@builtin(global_invocation_id) gid: vec3<u32>) {
             let base = (t * p.n_head + h) * hd;
             var s = 0.0;
             var dp = 0.0;
-            for (var d = 0u; d < hd; d++) {
+            for (var d = 0u; d < HD; d++) {
                 s += q[base + d] * k[kb + d];
                 dp += d_o[base + d] * v[kb + d];
             }
             let pr = exp(s * p.scale - lse[t * p.n_head + h]);
             let ds = pr * (dp - delta[t * p.n_head + h]);
-            for (var d = 0u; d < hd; d++) {
+            for (var d = 0u; d < HD; d++) {
                 ak[d] += ds * q[base + d];
                 av[d] += pr * d_o[base + d];
             }
         }
     }
-    for (var d = 0u; d < hd; d++) {
+    for (var d = 0u; d < HD; d++) {
         dk[kb + d] += ak[d] * p.scale;
         dv[kb + d] += av[d];
     }
 }
+#endif

@@ -18,6 +18,10 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../shaders/common/step.wgsl"),
     ),
     (
+        "common/attention_rows.wgsl",
+        include_str!("../../../shaders/common/attention_rows.wgsl"),
+    ),
+    (
         "common/delta_rule.wgsl",
         include_str!("../../../shaders/common/delta_rule.wgsl"),
     ),

@@ -8,6 +8,7 @@
 //! analytic f64 gradient that the differences confirm.
 //! Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
 
+use lilypad_engine::ops::attention::AttentionLayout;
 use lilypad_engine::ops::matmul::{Operand, TokenDim};
 use lilypad_engine::ops::rms_norm::GateGrad;
 use lilypad_engine::ops::{self, Step, rope::RopeMode};
@@ -16,7 +17,7 @@ use lilypad_gguf::{GgmlType, dequantize, quantize};
 use rand::{Rng, rngs::StdRng};
 
 mod common;
-use common::seeded;
+use common::{Gpu, seeded};
 
 fn randn(r: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
@@ -31,6 +32,14 @@ fn f64s(v: &[f32]) -> Vec<f64> {
 /// Step of the finite differences: small next to the inputs (about 1), large next to f64's
 /// rounding of the loss.
 const H: f64 = 1e-5;
+
+/// Attention's backward in each of its layouts (the per-thread one with and without subgroup
+/// shuffles).
+const LAYOUTS: [AttentionLayout; 3] = [
+    AttentionLayout::PerThread { subgroups: true },
+    AttentionLayout::PerThread { subgroups: false },
+    AttentionLayout::PerWorkgroup,
+];
 
 /// ∂f/∂x[i] by central differences, for each i of `at`.
 fn finite_differences(f: impl Fn(&[f64]) -> f64, x: &[f64], at: &[usize]) -> Vec<f64> {
@@ -921,14 +930,86 @@ fn attention_f64(
     (out, lse)
 }
 
+/// What attention's backward reads (host copies, f32 as the GPU holds them) and where its
+/// dK/dV start: caches of `ctx_rows` rows per sequence, `step` saying where the queries sit.
+struct AttentionBackwardCase<'a> {
+    shape: (usize, usize, usize),
+    scale: f64,
+    ctx_rows: usize,
+    step: Step,
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    o: &'a [f32],
+    lse: &'a [f32],
+    d_o: &'a [f32],
+    dk_start: &'a [f32],
+    dv_start: &'a [f32],
+}
+
+impl AttentionBackwardCase<'_> {
+    /// dq, dK and dV from attention's backward in `layout`, and its dispatch count.
+    fn run(&self, gpu: &Gpu, layout: AttentionLayout) -> (Vec<f32>, Vec<f32>, Vec<f32>, usize) {
+        let (heads, kv_heads, hd) = self.shape;
+        let t_n = self.step.n_tokens as usize;
+        let (dq, dk, dv, delta) = (
+            gpu.zeros(self.q.len()),
+            gpu.upload(self.dk_start),
+            gpu.upload(self.dv_start),
+            gpu.zeros(t_n * heads),
+        );
+        let (bq, bk, bv, bo, blse, bdo) = (
+            gpu.upload(self.q),
+            gpu.upload(self.k),
+            gpu.upload(self.v),
+            gpu.upload(self.o),
+            gpu.upload(self.lse),
+            gpu.upload(self.d_o),
+        );
+        let grads = ops::attention::AttentionGrads {
+            q: &bq,
+            k: &bk,
+            v: &bv,
+            o: Some(&bo),
+            lse: &blse,
+            d_o: &bdo,
+            delta: &delta,
+            dq: &dq,
+            dk: &dk,
+            dv: &dv,
+        };
+        let step = gpu.step_of(self.step);
+        let ds = ops::attention::attention_backward(
+            &gpu.0,
+            layout,
+            &grads,
+            heads as u32,
+            kv_heads as u32,
+            hd as u32,
+            self.scale as f32,
+            self.ctx_rows as u32,
+            t_n as u32,
+            &step,
+        )
+        .unwrap();
+        gpu.run(&ds, t_n);
+        (
+            gpu.read(&dq, self.q.len()),
+            gpu.read(&dk, self.dk_start.len()),
+            gpu.read(&dv, self.dv_start.len()),
+            ds.len(),
+        )
+    }
+}
+
 #[test]
 fn attention_backward_matches_finite_differences() {
     let gpu = gpu_or_skip!();
     let mut r = seeded();
-    // Two query heads per KV head, a head dim that is no power of two; the step's 6 tokens
-    // (positions 5..11) see 5 rows that an earlier step wrote. The sequence is in slot 1 of a
+    // Two query heads per KV head, a head dim that is no power of two; the step's 10 tokens
+    // (positions 5..15, more than one workgroup of the per-thread layout) see 5 rows that an earlier step wrote. The sequence is in slot 1 of a
     // two-slot cache, so its rows start at ctx.
-    let (heads, kv_heads, hd, t_n, pos0, ctx) = (4usize, 2usize, 12usize, 6usize, 5usize, 16usize);
+    let (heads, kv_heads, hd, t_n, pos0, ctx) = (4usize, 2usize, 12usize, 10usize, 5usize, 16usize);
     let shape = (heads, kv_heads, hd);
     let scale = 1.0 / (hd as f64).sqrt();
     let rows = pos0 + t_n;
@@ -958,63 +1039,53 @@ fn attention_backward_matches_finite_differences() {
         randn(&mut r, 2 * ctx * row, 1.0),
     );
     let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
-    let (dq, dk, dv) = (
-        gpu.zeros(q.len()),
-        gpu.upload(&dk_start),
-        gpu.upload(&dv_start),
-    );
-    let (bq, bk, bv, bo, blse, bdo, delta) = (
-        gpu.upload(&q),
-        gpu.upload(&kc),
-        gpu.upload(&vc),
-        gpu.upload(&to32(&out)),
-        gpu.upload(&to32(&lse)),
-        gpu.upload(&d_o),
-        gpu.zeros(t_n * heads),
-    );
-    let step = gpu.step_of(Step::for_sequence(t_n as u32, pos0 as u32, 1, ctx as u32));
-    let grads = ops::attention::AttentionGrads {
-        q: &bq,
-        k: &bk,
-        v: &bv,
-        o: Some(&bo),
-        lse: &blse,
-        d_o: &bdo,
-        delta: &delta,
-        dq: &dq,
-        dk: &dk,
-        dv: &dv,
+    let (out32, lse32) = (to32(&out), to32(&lse));
+    let case = AttentionBackwardCase {
+        shape,
+        scale,
+        ctx_rows: ctx,
+        step: Step::for_sequence(t_n as u32, pos0 as u32, 1, ctx as u32),
+        q: &q,
+        k: &kc,
+        v: &vc,
+        o: &out32,
+        lse: &lse32,
+        d_o: &d_o,
+        dk_start: &dk_start,
+        dv_start: &dv_start,
     };
-    let ds = ops::attention::attention_backward(
-        &gpu.0,
-        &grads,
-        heads as u32,
-        kv_heads as u32,
-        hd as u32,
-        scale as f32,
-        ctx as u32,
-        t_n as u32,
-        &step,
-    )
-    .unwrap();
-    gpu.run(&ds, t_n);
-    check_against_differences(&gpu.read(&dq, q.len()), &fd_q, 1e-4, 0.05, "attention dq");
-    // dK and dV: this sequence's rows gain the gradient, every other row keeps its start.
-    for (name, buf, start, fd) in [("dk", &dk, &dk_start, &fd_k), ("dv", &dv, &dv_start, &fd_v)] {
-        let got = gpu.read(buf, 2 * ctx * row);
-        let mine: Vec<f32> = (0..rows * row)
-            .map(|i| got[ctx * row + i] - start[ctx * row + i])
-            .collect();
-        check_against_differences(&mine, fd, 1e-4, 0.05, &format!("attention {name}"));
-        let untouched =
-            (0..2 * ctx * row).filter(|&i| i < ctx * row || i >= ctx * row + rows * row);
-        for i in untouched {
-            assert_eq!(
-                got[i],
-                start[i],
-                "attention {name}: row {} was not seen",
-                i / row
+    for layout in LAYOUTS {
+        let (dq, dk, dv, _) = case.run(&gpu, layout);
+        check_against_differences(
+            &dq,
+            &fd_q,
+            1e-4,
+            0.05,
+            &format!("attention dq ({layout:?})"),
+        );
+        // dK and dV: this sequence's rows gain the gradient, every other row keeps its start.
+        for (name, got, start, fd) in [("dk", &dk, &dk_start, &fd_k), ("dv", &dv, &dv_start, &fd_v)]
+        {
+            let mine: Vec<f32> = (0..rows * row)
+                .map(|i| got[ctx * row + i] - start[ctx * row + i])
+                .collect();
+            check_against_differences(
+                &mine,
+                fd,
+                1e-4,
+                0.05,
+                &format!("attention {name} ({layout:?})"),
             );
+            let untouched =
+                (0..2 * ctx * row).filter(|&i| i < ctx * row || i >= ctx * row + rows * row);
+            for i in untouched {
+                assert_eq!(
+                    got[i],
+                    start[i],
+                    "attention {name} ({layout:?}): row {} was not seen",
+                    i / row
+                );
+            }
         }
     }
 }
@@ -1069,78 +1140,81 @@ fn gated_attention_backward_matches_finite_differences() {
         gpu.upload(&k),
         gpu.upload(&v),
     );
-    let (bd, dqg, delta, dq, dk, dv) = (
-        gpu.upload(&d_att),
-        gpu.zeros(qg.len()),
-        gpu.zeros(t_n * heads),
-        gpu.zeros(t_n * heads * hd),
-        gpu.zeros(k.len()),
-        gpu.zeros(v.len()),
-    );
-    let step = gpu.step_of(Step::new(t_n as u32, pos0 as u32));
-    let heads_of = ops::attn_gate::GatedHeads {
-        n_head: heads as u32,
-        head_dim: hd as u32,
-        max_tokens: t_n as u32,
-    };
-    let mut ds = vec![
-        heads_of
-            .sigmoid_gate_backward(&gpu.0, &bqg, &batt, &bd, &dqg, &delta, &step)
+    for layout in LAYOUTS {
+        let (bd, dqg, delta, dq, dk, dv) = (
+            gpu.upload(&d_att),
+            gpu.zeros(qg.len()),
+            gpu.zeros(t_n * heads),
+            gpu.zeros(t_n * heads * hd),
+            gpu.zeros(k.len()),
+            gpu.zeros(v.len()),
+        );
+        let step = gpu.step_of(Step::new(t_n as u32, pos0 as u32));
+        let heads_of = ops::attn_gate::GatedHeads {
+            n_head: heads as u32,
+            head_dim: hd as u32,
+            max_tokens: t_n as u32,
+        };
+        let mut ds = vec![
+            heads_of
+                .sigmoid_gate_backward(&gpu.0, &bqg, &batt, &bd, &dqg, &delta, &step)
+                .unwrap(),
+        ];
+        let grads = ops::attention::AttentionGrads {
+            q: &bq,
+            k: &bk,
+            v: &bv,
+            o: None,
+            lse: &blse,
+            d_o: &bd,
+            delta: &delta,
+            dq: &dq,
+            dk: &dk,
+            dv: &dv,
+        };
+        ds.extend(
+            ops::attention::attention_backward(
+                &gpu.0,
+                layout,
+                &grads,
+                heads as u32,
+                kv_heads as u32,
+                hd as u32,
+                scale as f32,
+                rows as u32,
+                t_n as u32,
+                &step,
+            )
             .unwrap(),
-    ];
-    let grads = ops::attention::AttentionGrads {
-        q: &bq,
-        k: &bk,
-        v: &bv,
-        o: None,
-        lse: &blse,
-        d_o: &bd,
-        delta: &delta,
-        dq: &dq,
-        dk: &dk,
-        dv: &dv,
-    };
-    ds.extend(
-        ops::attention::attention_backward(
-            &gpu.0,
-            &grads,
-            heads as u32,
-            kv_heads as u32,
-            hd as u32,
-            scale as f32,
-            rows as u32,
-            t_n as u32,
-            &step,
-        )
-        .unwrap(),
-    );
-    ds.push(
-        heads_of
-            .split_query_backward(&gpu.0, &dq, &dqg, &step)
-            .unwrap(),
-    );
-    gpu.run(&ds, t_n);
-    check_against_differences(
-        &gpu.read(&dqg, qg.len()),
-        &fd_qg,
-        1e-4,
-        0.05,
-        "gated attention dqg",
-    );
-    check_against_differences(
-        &gpu.read(&dk, k.len()),
-        &fd_k,
-        1e-4,
-        0.05,
-        "gated attention dk",
-    );
-    check_against_differences(
-        &gpu.read(&dv, v.len()),
-        &fd_v,
-        1e-4,
-        0.05,
-        "gated attention dv",
-    );
+        );
+        ds.push(
+            heads_of
+                .split_query_backward(&gpu.0, &dq, &dqg, &step)
+                .unwrap(),
+        );
+        gpu.run(&ds, t_n);
+        check_against_differences(
+            &gpu.read(&dqg, qg.len()),
+            &fd_qg,
+            1e-4,
+            0.05,
+            &format!("gated attention dqg ({layout:?})"),
+        );
+        check_against_differences(
+            &gpu.read(&dk, k.len()),
+            &fd_k,
+            1e-4,
+            0.05,
+            &format!("gated attention dk ({layout:?})"),
+        );
+        check_against_differences(
+            &gpu.read(&dv, v.len()),
+            &fd_v,
+            1e-4,
+            0.05,
+            &format!("gated attention dv ({layout:?})"),
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1570,7 +1644,7 @@ fn attention_grads_f64(
 fn attention_backward_covers_long_contexts() {
     let gpu = gpu_or_skip!();
     let mut r = seeded();
-    let (heads, kv_heads, hd, t_n, pos0) = (8usize, 2usize, 64usize, 130usize, 400usize);
+    let (heads, kv_heads, hd, t_n, pos0) = (8usize, 2usize, 64usize, 220usize, 700usize);
     let shape = (heads, kv_heads, hd);
     let scale = 1.0 / (hd as f64).sqrt();
     let rows = pos0 + t_n;
@@ -1581,8 +1655,8 @@ fn attention_backward_covers_long_contexts() {
     let (q64, k64, v64, do64) = (f64s(&q), f64s(&k), f64s(&v), f64s(&d_o));
     let (dq_ref, dk_ref, dv_ref) = attention_grads_f64(&q64, &k64, &v64, &do64, shape, pos0, scale);
     let loss = |q: &[f64], k: &[f64]| dot(&attention_f64(q, k, &v64, shape, pos0, scale).0, &do64);
-    let at_q = sample(&mut r, q.len(), 6);
-    let at_k = sample(&mut r, k.len(), 6);
+    let at_q = sample(&mut r, q.len(), 4);
+    let at_k = sample(&mut r, k.len(), 4);
     let fd_q = finite_differences(|x| loss(x, &k64), &q64, &at_q);
     let fd_k = finite_differences(|x| loss(&q64, x), &k64, &at_k);
     let pick = |v: &[f64], at: &[usize]| at.iter().map(|&i| v[i]).collect::<Vec<_>>();
@@ -1603,63 +1677,41 @@ fn attention_backward_covers_long_contexts() {
 
     let (out, lse) = attention_f64(&q64, &k64, &v64, shape, pos0, scale);
     let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
-    let (dq, dk, dv, delta) = (
-        gpu.zeros(q.len()),
-        gpu.zeros(k.len()),
-        gpu.zeros(v.len()),
-        gpu.zeros(t_n * heads),
-    );
-    let (bq, bk, bv, bo, blse, bdo) = (
-        gpu.upload(&q),
-        gpu.upload(&k),
-        gpu.upload(&v),
-        gpu.upload(&to32(&out)),
-        gpu.upload(&to32(&lse)),
-        gpu.upload(&d_o),
-    );
-    let grads = ops::attention::AttentionGrads {
-        q: &bq,
-        k: &bk,
-        v: &bv,
-        o: Some(&bo),
-        lse: &blse,
-        d_o: &bdo,
-        delta: &delta,
-        dq: &dq,
-        dk: &dk,
-        dv: &dv,
+    let (out32, lse32) = (to32(&out), to32(&lse));
+    let zeros = vec![0f32; k.len()];
+    let case = AttentionBackwardCase {
+        shape,
+        scale,
+        ctx_rows: rows,
+        step: Step::new(t_n as u32, pos0 as u32),
+        q: &q,
+        k: &k,
+        v: &v,
+        o: &out32,
+        lse: &lse32,
+        d_o: &d_o,
+        dk_start: &zeros,
+        dv_start: &zeros,
     };
-    let step = gpu.step_of(Step::new(t_n as u32, pos0 as u32));
-    let ds = ops::attention::attention_backward(
-        &gpu.0,
-        &grads,
-        heads as u32,
-        kv_heads as u32,
-        hd as u32,
-        scale as f32,
-        rows as u32,
-        t_n as u32,
-        &step,
-    )
-    .unwrap();
-    assert!(
-        ds.len() >= 4,
-        "positions and tokens each in more than one block: {}",
-        ds.len()
-    );
-    gpu.run(&ds, t_n);
-    for (what, buf, want) in [
-        ("dq", &dq, &dq_ref),
-        ("dk", &dk, &dk_ref),
-        ("dv", &dv, &dv_ref),
-    ] {
-        let worst = assert_close(
-            &f64s(&gpu.read(buf, want.len())),
-            want,
-            1e-4,
-            0.05,
-            &format!("long attention {what}"),
+    for layout in LAYOUTS {
+        let (dq, dk, dv, dispatches) = case.run(&gpu, layout);
+        assert!(
+            dispatches >= 4,
+            "positions and tokens each in more than one block ({layout:?}): {dispatches}"
         );
-        eprintln!("long attention {what}: worst relative error {worst:.1e}");
+        for (what, got, want) in [
+            ("dq", &dq, &dq_ref),
+            ("dk", &dk, &dk_ref),
+            ("dv", &dv, &dv_ref),
+        ] {
+            let worst = assert_close(
+                &f64s(got),
+                want,
+                1e-4,
+                0.05,
+                &format!("long attention {what} ({layout:?})"),
+            );
+            eprintln!("long attention {what} ({layout:?}): worst relative error {worst:.1e}");
+        }
     }
 }

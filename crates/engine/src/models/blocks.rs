@@ -334,6 +334,7 @@ impl Attention {
         let scale = 1.0 / (hd as f32).sqrt();
         for d in ops::attention::attention_backward(
             g.ctx,
+            ops::attention::AttentionLayout::for_context(g.ctx),
             &grads,
             n_head,
             n_kv,

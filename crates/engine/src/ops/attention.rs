@@ -162,9 +162,10 @@ impl AttentionGrads<'_> {
 /// tokens: dq for the step's queries, and the step's share of dK and dV for every cache row
 /// it saw (rows of earlier steps too), added to `dk`/`dv`. `ctx_rows`: rows per sequence in
 /// the caches (bounds the positions covered). Dispatches in order: blocks of positions for
-/// dq, then blocks of query tokens for dk and dv.
+/// dq, then blocks of query tokens for dk and dv. The layout is chosen as for the forward.
 pub fn attention_backward(
     ctx: &GpuContext,
+    layout: AttentionLayout,
     b: &AttentionGrads,
     n_head: u32,
     n_kv: u32,
@@ -180,17 +181,60 @@ pub fn attention_backward(
             detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
         });
     }
-    let mut macros = Macros::new().u32("WG", WG).u32("HD", head_dim);
+    let group = n_head / n_kv;
+    // Per layout: the macros, dq's and dk/dv's grids, and the loop steps per position (dq) and
+    // per query token (dk, dv), against CPU adapters' 65535 per invocation.
+    let (mut macros, dq_grid, dkv_grid, per_position, per_token) = match layout {
+        AttentionLayout::PerThread { subgroups }
+            if head_dim.is_multiple_of(4) && head_dim <= PER_THREAD_MAX_DIM =>
+        {
+            let hd4 = head_dim / 4;
+            let mut m = Macros::new().flag("PER_THREAD").u32("HD4", hd4);
+            if subgroups
+                && cfg!(not(target_arch = "wasm32"))
+                && ctx.features.contains(wgpu::Features::SUBGROUP)
+            {
+                m = m.flag("SUBGROUPS");
+            }
+            // Two rows loaded (a share and the spread), two dot products, one accumulation.
+            let row_steps = 4 * hd4 + 2 * hd4.div_ceil(LANES) + 2;
+            (
+                m,
+                Grid::PerTokens {
+                    x: n_head,
+                    per_y: LANES,
+                },
+                Grid::Fixed([ctx_rows.div_ceil(LANES), n_kv, 1]),
+                row_steps,
+                group * row_steps + 1,
+            )
+        }
+        _ => {
+            // A workgroup holds the heads of `tpg` tokens (or, with WG heads or more, a column
+            // of workgroups spans one token's heads).
+            let tpg = (WG / n_head).max(1);
+            (
+                Macros::new()
+                    .u32("WG", WG)
+                    .u32("HD", head_dim)
+                    .u32("TPG", tpg),
+                Grid::PerTokens {
+                    x: if tpg > 1 { 1 } else { n_head.div_ceil(WG) },
+                    per_y: tpg,
+                },
+                Grid::Fixed([ctx_rows.div_ceil(WG), n_kv, 1]),
+                3 * head_dim + 2,
+                group * (2 * head_dim + 2),
+            )
+        }
+    };
     if b.o.is_none() {
         macros = macros.flag("DELTA_GIVEN");
     }
     let dq = ctx.pipeline("attention_backward.wgsl", "attention_backward_dq", &macros)?;
     let dkv = ctx.pipeline("attention_backward.wgsl", "attention_backward_dkv", &macros)?;
-    // Loop steps per position (dq) and per query token (dk, dv), against CPU adapters' 65535
-    // per invocation.
-    let group = n_head / n_kv;
-    let positions = (LOOP_BUDGET / (3 * head_dim + 2)).max(1);
-    let tokens = (LOOP_BUDGET / (group * (2 * head_dim + 2))).max(1);
+    let positions = (LOOP_BUDGET / per_position).max(1);
+    let tokens = (LOOP_BUDGET / per_token).max(1);
     let params_for = |begin: u32, end: u32| {
         params(
             ctx,
@@ -209,10 +253,7 @@ pub fn attention_backward(
             "attention_backward_dq",
             dq.clone(),
             &bindings,
-            Grid::PerTokens {
-                x: n_head.div_ceil(WG),
-                per_y: 1,
-            },
+            dq_grid,
         ));
     }
     for begin in (0..max_tokens.max(1)).step_by(tokens as usize) {
@@ -224,7 +265,7 @@ pub fn attention_backward(
             "attention_backward_dkv",
             dkv.clone(),
             &bindings,
-            Grid::Fixed([ctx_rows.div_ceil(WG), n_kv, 1]),
+            dkv_grid,
         ));
     }
     Ok(out)
