@@ -4,6 +4,7 @@
 mod bench;
 mod calibrate;
 mod envs;
+mod episodes;
 mod eval;
 mod export;
 mod featadd;

@@ -307,25 +307,8 @@ pub fn rollout<M: LanguageModel>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::synth::{Validator, Verdict};
-    use crate::testing::{built_inflection, call};
+    use crate::testing::{built_inflection, call, synthesized_task};
     use lilypad_agent::ScriptedModel;
-
-    /// A valid task synthesized in `env`, with the file's original and buggy text.
-    fn synthesized_task(ws: &Workspace, env: &Environment) -> (Task, String, String) {
-        let validator = Validator::new(ws, env).unwrap();
-        let order = crate::synth::candidate_order(ws, env, 7).unwrap();
-        for m in order.into_iter().take(30) {
-            let original = std::fs::read_to_string(validator.work.join(&m.file)).unwrap();
-            let (attempt, task) = validator.mutation(&m, original.clone(), "t", 1).unwrap();
-            if let Some(t) = task {
-                assert_eq!(attempt.verdict, Verdict::Valid);
-                let buggy = m.apply(&original);
-                return (t, original, buggy);
-            }
-        }
-        panic!("no valid task in 30 candidates");
-    }
 
     #[test]
     fn scripted_rollouts_are_graded_by_the_tests() {

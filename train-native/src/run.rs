@@ -6,26 +6,26 @@
 //! writes a checkpoint; a rerun of the same command resumes from it and takes the steps the
 //! uninterrupted run would have taken.
 //!
-//! Task families: `reply`, single-turn questions with a verifiable answer (a JSONL of
-//! `{"prompt", "answer"}`: reward 1 when the reply's last line, trimmed, is the answer), and
-//! `agent`, the synthesized bug-fix tasks, each episode a sandboxed agent run graded by the
-//! project's tests.
+//! Task families ([`crate::episodes`]): `reply`, single-turn questions with a verifiable
+//! answer, and `agent`, the synthesized bug-fix tasks, each episode a sandboxed multi-turn
+//! agent run graded by the project's tests. An episode whose environment fails (not the
+//! policy) drops its group from the update; the error goes to episodes.jsonl.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use lilypad_agent::{LanguageModel, Message, Request, Sampling};
 use lilypad_chat::ChatSession;
 use lilypad_engine::AdamWConfig;
 use lilypad_gguf::peft::{LoraAdapter, LoraTensor};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::episodes::{Family, SamplingConfig, TasksConfig};
 use crate::grpo::{AdvantageNorm, carries_signal};
 use crate::task::{append_line, read_lines};
-use crate::train::{Episode, RunState, Schedule, Trainer, UpdateStats, load_checkpoint};
+use crate::train::{RunState, Schedule, Trainer, UpdateStats, load_checkpoint};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -136,39 +136,6 @@ fn default_clip() -> f32 {
     1.0
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SamplingConfig {
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: u32,
-    pub max_tokens: usize,
-}
-
-impl Default for SamplingConfig {
-    fn default() -> Self {
-        Self {
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            max_tokens: 64,
-        }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum TasksConfig {
-    /// Questions with one right answer: a JSONL of `{"prompt", "answer"}`.
-    Reply { file: PathBuf },
-}
-
-#[derive(Clone, Debug, Deserialize)]
-struct ReplyTask {
-    prompt: String,
-    answer: String,
-}
-
 /// The metrics line of one update.
 #[derive(Serialize)]
 struct Metrics<'a> {
@@ -176,6 +143,8 @@ struct Metrics<'a> {
     update: &'a UpdateStats,
     groups: usize,
     groups_skipped: usize,
+    /// Groups an episode of which could not be sampled (see episodes.jsonl's `error`).
+    groups_failed: usize,
     /// Tasks whose group carried signal, of those drawn: the in-band fraction.
     in_band: f64,
     sample_ms: f64,
@@ -198,9 +167,7 @@ impl RunConfig {
         if let Some(out) = &mut config.out {
             resolve(out);
         }
-        match &mut config.tasks {
-            TasksConfig::Reply { file } => resolve(file),
-        }
+        config.tasks.resolve_paths(base);
         if let Some(eval) = &mut config.eval {
             resolve(&mut eval.file);
         }
@@ -286,16 +253,6 @@ fn task_at(cursor: u64, n: usize, seed: u64) -> usize {
     order[(cursor % n as u64) as usize]
 }
 
-/// The reward of a reply: 1 when the last number in it is the answer ("45 + 9 = 54" and
-/// "The answer is 54." both count; "54, no, 55" does not).
-pub fn reply_reward(reply: &str, answer: &str) -> f64 {
-    let last = reply
-        .split(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .map(|w| w.trim_start_matches('-').trim_end_matches('-'))
-        .rfind(|w| !w.is_empty());
-    f64::from(last == Some(answer.trim()))
-}
-
 pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<()> {
     let mut config = RunConfig::read(&args.config)?;
     let name = args
@@ -308,12 +265,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         .unwrap_or_else(|| ws.root.join("runs").join(name));
     eprintln!("run folder: {}", out.display());
     let norm = config.norm()?;
-    let tasks: Vec<ReplyTask> = match &config.tasks {
-        TasksConfig::Reply { file } => read_lines(file)?,
-    };
-    if tasks.is_empty() {
-        bail!("the run has no tasks");
-    }
+    let tasks = Family::load(ws, &config.tasks, config.tasks.file())?;
     std::fs::create_dir_all(&out)?;
     let model_args = lilypad_cli::ModelArgs {
         model: config.model.display().to_string(),
@@ -366,25 +318,31 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     }
     // Every episode's reply and reward, for reading what the policy does.
     let episodes_log = out.join("episodes.jsonl");
-    let eval_tasks: Vec<ReplyTask> = match &config.eval {
-        Some(eval) => read_lines(&eval.file)?,
-        None => Vec::new(),
+    let eval_tasks = match &config.eval {
+        Some(eval) => Some(Family::load(ws, &config.tasks, &eval.file)?),
+        None => None,
     };
     let eval_path = out.join("eval.jsonl");
+    let eval_episodes_log = out.join("eval-episodes.jsonl");
     keep_steps_before(&eval_path, run.step + 1)?;
     let evaluate = |session: &mut ChatSession, step: u32| -> Result<()> {
-        let Some(eval) = &config.eval else {
+        let (Some(eval), Some(eval_tasks)) = (&config.eval, &eval_tasks) else {
             return Ok(());
         };
         let t0 = Instant::now();
+        // Lines of an evaluation a kill interrupted go: it runs again whole.
+        keep_steps_before(&eval_episodes_log, step)?;
         let mut total = 0.0;
-        for (i, task) in eval_tasks.iter().enumerate() {
+        for i in 0..eval_tasks.len() {
             for sample in 0..eval.k {
                 // Seeds of their own, the same at every evaluation.
                 let seed = u64::MAX - (i * eval.k + sample) as u64;
-                total += reply_episode(session, task, &config.sampling, seed)?
-                    .0
-                    .reward;
+                let trajectory = out.join(format!("eval/{step:04}/{i:04}-{sample}.json"));
+                let (episode, mut record) =
+                    eval_tasks.episode(session, i, &config.sampling, seed, &trajectory)?;
+                total += episode.reward;
+                record["step"] = step.into();
+                append_line(&eval_episodes_log, &record)?;
             }
         }
         let episodes = eval_tasks.len() * eval.k;
@@ -415,11 +373,11 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     while run.step < last {
         let t0 = Instant::now();
         let mut groups = Vec::new();
-        let (mut drawn, mut skipped) = (0, 0);
+        let (mut drawn, mut skipped, mut failed) = (0, 0, 0);
         while groups.len() < config.groups_per_step
             && drawn < config.groups_per_step * config.max_draws
         {
-            let task = &tasks[task_at(run.cursor, tasks.len(), config.seed)];
+            let task = task_at(run.cursor, tasks.len(), config.seed);
             run.cursor += 1;
             drawn += 1;
             let mut group = Vec::with_capacity(config.group);
@@ -428,17 +386,32 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                     .seed
                     .wrapping_mul(1_000_003)
                     .wrapping_add(run.episodes);
+                let trajectory = out.join(format!("trajectories/{:06}.json", run.episodes));
                 run.episodes += 1;
-                let (episode, reply) = reply_episode(&mut session, task, &config.sampling, seed)?;
-                let record = serde_json::json!({
-                    "step": run.step, "seed": seed, "prompt": task.prompt,
-                    "reply": reply, "reward": episode.reward,
-                });
-                append_line(&episodes_log, &record)?;
-                group.push(episode);
+                match tasks.episode(&mut session, task, &config.sampling, seed, &trajectory) {
+                    Ok((episode, mut record)) => {
+                        record["step"] = run.step.into();
+                        append_line(&episodes_log, &record)?;
+                        group.push(episode);
+                    }
+                    Err(e) => {
+                        // The environment failed, not the policy (a sandbox that would not
+                        // start, a copy that could not be made): the group is not trained on,
+                        // and the run goes on with the next task.
+                        let error = format!("{e:#}");
+                        eprintln!("episode {seed}: {error}");
+                        let record = serde_json::json!({
+                            "step": run.step, "seed": seed, "error": error,
+                        });
+                        append_line(&episodes_log, &record)?;
+                        break;
+                    }
+                }
             }
             let rewards: Vec<f64> = group.iter().map(|e| e.reward).collect();
-            if carries_signal(&rewards) {
+            if group.len() < config.group {
+                failed += 1;
+            } else if carries_signal(&rewards) {
                 groups.push(group);
             } else {
                 skipped += 1;
@@ -465,6 +438,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             update: &stats,
             groups: groups.len(),
             groups_skipped: skipped,
+            groups_failed: failed,
             in_band: groups.len() as f64 / drawn.max(1) as f64,
             sample_ms,
             step_ms: t0.elapsed().as_secs_f64() * 1e3,
@@ -572,51 +546,9 @@ fn keep_steps_before(path: &Path, step: u32) -> Result<()> {
     Ok(())
 }
 
-/// One single-turn episode: the question, the policy's reply, its reward; and the reply.
-fn reply_episode(
-    session: &mut ChatSession,
-    task: &ReplyTask,
-    sampling: &SamplingConfig,
-    seed: u64,
-) -> Result<(Episode, String)> {
-    session.reset();
-    let messages = [Message::user(&task.prompt)];
-    let request = Request {
-        messages: &messages,
-        tools: &[],
-        sampling: Sampling {
-            temperature: sampling.temperature,
-            top_p: sampling.top_p,
-            top_k: sampling.top_k,
-            seed,
-        },
-        max_tokens: sampling.max_tokens,
-        enable_thinking: false,
-    };
-    let _ = session.take_transcript();
-    let completion = pollster::block_on(session.complete(&request, &mut |_| true))?;
-    let episode = Episode {
-        transcript: session.take_transcript(),
-        reward: reply_reward(&completion.text, &task.answer),
-        logp_old: None,
-    };
-    Ok((episode, completion.text))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn replies_are_judged_by_their_last_number() {
-        assert_eq!(reply_reward("Let me think.\n12", "12"), 1.0);
-        assert_eq!(reply_reward("5 + 7 = 12.\n\n", "12"), 1.0);
-        assert_eq!(reply_reward("The answer is 12", "12"), 1.0);
-        assert_eq!(reply_reward("12\nno, 13", "12"), 0.0);
-        assert_eq!(reply_reward("5 + 7 = ", "12"), 0.0);
-        assert_eq!(reply_reward("120", "12"), 0.0);
-        assert_eq!(reply_reward("", "12"), 0.0);
-    }
 
     #[test]
     fn every_task_is_drawn_once_per_pass_in_a_seeded_order() {

@@ -31,13 +31,13 @@ pub struct Episode {
 
 impl Episode {
     /// What each position predicts: the next token (the last position predicts nothing).
-    fn targets(&self) -> Vec<u32> {
+    pub(crate) fn targets(&self) -> Vec<u32> {
         let t = &self.transcript.tokens;
         t.iter().skip(1).copied().chain([0]).collect()
     }
 
     /// Whether each position's prediction is trained: the next token is the policy's own.
-    fn trained(&self) -> Vec<bool> {
+    pub(crate) fn trained(&self) -> Vec<bool> {
         let g = &self.transcript.generated;
         g.iter().skip(1).copied().chain([false]).collect()
     }

@@ -11,6 +11,7 @@ use lilypad_agent::Sandbox;
 use crate::envs::Environment;
 use crate::manifest::Project;
 
+#[derive(Clone)]
 pub struct Workspace {
     pub root: PathBuf,
 }
@@ -72,14 +73,19 @@ impl Workspace {
     }
 
     /// A fresh copy of the project's source at a path that is the same for every call from
-    /// this process with this `tag` (the previous copy is replaced). Rollouts use it: the
-    /// agent's system prompt names the repository's root, so a stable root lets every
-    /// rollout reuse the model state computed for the prompt's shared beginning.
+    /// this thread with this `tag` (the previous copy is replaced; other threads, rolling
+    /// out at the same time, get their own). Rollouts use it: the agent's system prompt
+    /// names the repository's root, so a stable root lets every rollout reuse the model
+    /// state computed for the prompt's shared beginning.
     pub fn fixed_scratch_copy(&self, p: &Project, tag: &str) -> Result<PathBuf> {
+        let thread: String = format!("{:?}", std::thread::current().id())
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
         let dir = self
             .root
             .join("scratch")
-            .join(format!("{tag}-{}", std::process::id()));
+            .join(format!("{tag}-{}-{thread}", std::process::id()));
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
         }

@@ -46,6 +46,22 @@ fn train(config: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
+/// Whether a run succeeded; `false` when it could not start for want of a GPU adapter (a
+/// failure where LILYPAD_REQUIRE_GPU=1), and any other failure panics with its stderr.
+fn succeeded(output: &std::process::Output) -> bool {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() && stderr.contains("no GPU adapter") {
+        assert!(
+            std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"),
+            "{stderr}"
+        );
+        eprintln!("skipped: {stderr}");
+        return false;
+    }
+    assert!(output.status.success(), "{stderr}");
+    true
+}
+
 fn run_state(out: &Path) -> Option<serde_json::Value> {
     serde_json::from_slice(&std::fs::read(out.join("checkpoint/run.json")).ok()?).ok()
 }
@@ -57,15 +73,9 @@ fn a_killed_run_resumes_to_the_uninterrupted_runs_result() {
         return;
     };
     let output = train(&whole_config, &[]).output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if !output.status.success() && stderr.contains("no GPU adapter") {
-        assert!(
-            std::env::var("LILYPAD_REQUIRE_GPU").as_deref() != Ok("1"),
-            "{stderr}"
-        );
-        return eprintln!("skipped: {stderr}");
+    if !succeeded(&output) {
+        return;
     }
-    assert!(output.status.success(), "{stderr}");
     let out = whole.path().join("out");
     assert_eq!(run_state(&out).unwrap()["step"], 2);
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
@@ -134,4 +144,80 @@ fn a_killed_run_resumes_to_the_uninterrupted_runs_result() {
             assert_eq!(x[field], y[field], "{field}: {x} vs {y}");
         }
     }
+}
+
+/// `kind = "agent"` through the binary: the tasks `scripts/test.sh` synthesized, episodes as
+/// sandboxed agent runs of the tiny random Llama, graded by the project's tests. A random
+/// policy fixes nothing, so the group carries no signal and is skipped (dynamic sampling);
+/// `episodes::tests` checks the update on agent episodes.
+#[test]
+fn agent_tasks_are_sampled_graded_and_logged() {
+    let Some(dir) = std::env::var_os("LILYPAD_TEST_TRAIN_DIR").map(PathBuf::from) else {
+        return eprintln!("LILYPAD_TEST_TRAIN_DIR is unset: not run");
+    };
+    let tasks = dir.join("tasks-ci/tasks.jsonl");
+    assert!(
+        tasks.is_file(),
+        "{} is missing: run scripts/test.sh",
+        tasks.display()
+    );
+    let model = repo_root().join("tests/fixtures/lora/llama-tiny/model/model.gguf");
+    let run = tempfile::tempdir().unwrap();
+    let config = run.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "model = {model:?}\nout = \"out\"\nsteps = 1\ngroup = 2\nmax_draws = 1\nseed = 5\n\
+             context = 8192\n\
+             [adapter]\nrank = 4\nalpha = 8\n\
+             [optimizer]\nlr = 1e-3\n\
+             [sampling]\ntemperature = 1.0\ntop_p = 1.0\ntop_k = 0\nmax_tokens = 12\n\
+             [tasks]\nkind = \"agent\"\nfile = {tasks:?}\nmax_steps = 2\nreward = \"partial\"\n"
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_train-native"))
+        .arg("--dir")
+        .arg(&dir)
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    if !succeeded(&output) {
+        return;
+    }
+    let out = run.path().join("out");
+    let read = |name: &str| -> Vec<serde_json::Value> {
+        std::fs::read_to_string(out.join(name))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let episodes = read("episodes.jsonl");
+    assert_eq!(episodes.len(), 2, "{episodes:?}");
+    for e in &episodes {
+        assert!(e.get("error").is_none(), "{e}");
+        assert_eq!(e["step"], 0);
+        assert_eq!(e["reward"], 0.0, "{e}");
+        assert!(
+            e["grade_error"].is_null(),
+            "the suite graded the edits: {e}"
+        );
+        assert_eq!(e["trained_tokens"], e["generated_tokens"], "{e}");
+        let trajectory: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(e["trajectory"].as_str().unwrap()).unwrap())
+                .unwrap();
+        assert_eq!(
+            trajectory["steps"].as_array().unwrap().len() as u64,
+            e["steps"]
+        );
+    }
+    assert_ne!(episodes[0]["seed"], episodes[1]["seed"]);
+    let metrics = read("metrics.jsonl");
+    assert_eq!(metrics.len(), 1);
+    assert_eq!(metrics[0]["groups"], 0);
+    assert_eq!(metrics[0]["groups_skipped"], 1);
+    assert_eq!(metrics[0]["groups_failed"], 0);
+    assert_eq!(run_state(&out).unwrap()["step"], 1);
 }
