@@ -249,7 +249,8 @@ fn merged_adapters_match_peft() {
         let q8_0 = |adapter: &LoraAdapter| {
             let merged = adapter
                 .merge_as(&f.file, &f.src, MergedType::Type(GgmlType::Q8_0))
-                .unwrap();
+                .unwrap()
+                .bytes;
             let file = GgufFile::read(&merged).unwrap();
             assert_eq!(
                 file.tensor(&adapter.tensors[0].target).unwrap().ty,

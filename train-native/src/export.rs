@@ -79,14 +79,30 @@ pub fn export_command(args: &ExportArgs) -> Result<()> {
             )
         })?;
     // Written beside the target and renamed: a reader never sees half a model.
-    crate::workspace::write_atomic(&args.out, &merged)?;
+    crate::workspace::write_atomic(&args.out, &merged.bytes)?;
+    let stored_as = match args.quantize {
+        MergeQuantize::Same => "in their base types".to_string(),
+        q => format!(
+            "as {}",
+            q.to_possible_value()
+                .map_or("?".into(), |v| v.get_name().to_string())
+        ),
+    };
     eprintln!(
-        "merged model: {} ({:.1} MiB, {} adapted weights stored as {:?}) in {:.1} s",
+        "merged model: {} ({:.1} MiB, {} adapted weights stored {stored_as}) in {:.1} s; \
+         they keep {:.0}% of the adapter's change (relative error {:.2})",
         args.out.display(),
-        merged.len() as f64 / (1 << 20) as f64,
+        merged.bytes.len() as f64 / (1 << 20) as f64,
         adapter.tensors.len(),
-        args.quantize,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        100.0 * merged.kept,
+        merged.error,
     );
+    if merged.kept < 0.5 {
+        eprintln!(
+            "warning: re-quantizing rounds most of this adapter's change away: the merged \
+             model behaves much like the base; --quantize q8_0, f16 or f32 keeps it"
+        );
+    }
     Ok(())
 }

@@ -83,6 +83,19 @@ pub enum MergedType {
     Type(GgmlType),
 }
 
+/// A merged model and how much of the adapter's change its stored weights hold.
+#[derive(Clone, Debug)]
+pub struct Merged {
+    /// The GGUF file.
+    pub bytes: Vec<u8>,
+    /// Of the change Δ = scale · B·A the adapter makes to its weights, the share the stored
+    /// weights keep along Δ: ⟨stored − base, Δ⟩ / ⟨Δ, Δ⟩ over all adapted weights (base
+    /// as stored in the base model). 1 for F32; re-quantization rounds small changes away.
+    pub kept: f64,
+    /// ‖stored − base − Δ‖ / ‖Δ‖ over all adapted weights: 0 for F32.
+    pub error: f64,
+}
+
 /// The two files of a PEFT adapter folder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeftFiles {
@@ -401,19 +414,21 @@ impl LoraAdapter {
     /// The base model with the adapter merged: every adapted weight becomes F32
     /// W + scale · B·A (computed in f64), everything else is copied as is.
     pub fn merge(&self, base: &GgufFile, src: &dyn crate::ByteSource) -> Result<Vec<u8>> {
-        self.merge_as(base, src, MergedType::F32)
+        Ok(self.merge_as(base, src, MergedType::F32)?.bytes)
     }
 
     /// [`LoraAdapter::merge`], with the adapted weights stored as `to` says: F32, their base
     /// weight's own type (the merged model is then as large as the base) or one given type,
-    /// quantized with the reference quantizers.
+    /// quantized with the reference quantizers; and how much of the change they keep.
     pub fn merge_as(
         &self,
         base: &GgufFile,
         src: &dyn crate::ByteSource,
         to: MergedType,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Merged> {
         let mut w = GgufWriter::new();
+        // Σ⟨kept, Δ⟩, Σ⟨Δ, Δ⟩ and Σ‖kept − Δ‖² over the adapted weights.
+        let (mut along, mut delta_sq, mut error_sq) = (0f64, 0f64, 0f64);
         for (key, value) in base.metadata.iter() {
             w.metadata(key, value.clone());
         }
@@ -425,6 +440,7 @@ impl LoraAdapter {
             };
             let mut weight = vec![0f32; info.n_elements() as usize];
             dequantize(info.ty, &bytes, &mut weight)?;
+            let before = weight.clone();
             let r = lora.rank;
             for (o, row) in weight.chunks_exact_mut(lora.n_in).enumerate() {
                 let b = &lora.b[o * r..][..r];
@@ -452,8 +468,26 @@ impl LoraAdapter {
                 GgmlType::F32 => bytemuck::cast_slice(&weight).to_vec(),
                 ty => crate::quantize(ty, &weight)?,
             };
+            let mut stored = vec![0f32; weight.len()];
+            dequantize(ty, &data, &mut stored)?;
+            for ((b, m), s) in before.iter().zip(&weight).zip(&stored) {
+                let (delta, kept) = (*m as f64 - *b as f64, *s as f64 - *b as f64);
+                along += kept * delta;
+                delta_sq += delta * delta;
+                error_sq += (kept - delta) * (kept - delta);
+            }
             w.tensor(&info.name, &info.dims, ty, data)?;
         }
-        Ok(w.to_bytes())
+        // An adapter that changes nothing (B = 0, as initialised) loses nothing either.
+        let (kept, error) = if delta_sq > 0.0 {
+            (along / delta_sq, (error_sq / delta_sq).sqrt())
+        } else {
+            (1.0, 0.0)
+        };
+        Ok(Merged {
+            bytes: w.to_bytes(),
+            kept,
+            error,
+        })
     }
 }

@@ -307,3 +307,68 @@ fn bad_adapters_are_typed_errors() {
         "safetensors",
     );
 }
+
+/// What a merge keeps of the adapter's change: all of it in F32, nearly all in Q8_0, and
+/// next to nothing when a change far below the weights' 4-bit step is re-quantized to Q4_0.
+#[test]
+fn merging_reports_how_much_of_the_change_the_stored_weights_keep() {
+    use lilypad_gguf::GgufWriter;
+    use lilypad_gguf::peft::{LoraTensor, MergedType};
+    let mut rng = StdRng::seed_from_u64(7);
+    let (n_out, n_in, rank) = (64usize, 64usize, 4usize);
+    let weight = random(&mut rng, &[n_out, n_in]);
+    let mut w = GgufWriter::new();
+    w.tensor(
+        "blk.0.attn_q.weight",
+        &[n_in as u64, n_out as u64],
+        GgmlType::Q4_0,
+        lilypad_gguf::quantize(GgmlType::Q4_0, &weight).unwrap(),
+    )
+    .unwrap();
+    let base = w.to_bytes();
+    let file = GgufFile::read(&base).unwrap();
+    // B·A of about `size` per weight (the weights are about 0.5, their Q4_0 step about 0.14).
+    let adapter = |size: f32| LoraAdapter {
+        rank,
+        alpha: rank as f32,
+        scale: 1.0,
+        base_model: None,
+        tensors: vec![LoraTensor {
+            target: "blk.0.attn_q.weight".into(),
+            rank,
+            n_in,
+            n_out,
+            a: random(&mut StdRng::seed_from_u64(1), &[rank, n_in]),
+            b: random(&mut StdRng::seed_from_u64(2), &[n_out, rank])
+                .iter()
+                .map(|b| b * size)
+                .collect(),
+        }],
+    };
+    let merged = |size: f32, to: MergedType| adapter(size).merge_as(&file, &base, to).unwrap();
+
+    let f32 = merged(0.1, MergedType::F32);
+    assert!(
+        (f32.kept - 1.0).abs() < 1e-5 && f32.error < 1e-5,
+        "kept {} error {}",
+        f32.kept,
+        f32.error
+    );
+    let q8 = merged(0.1, MergedType::Type(GgmlType::Q8_0));
+    assert!(
+        q8.kept > 0.95 && q8.error < 0.1,
+        "kept {} error {}",
+        q8.kept,
+        q8.error
+    );
+    let q4 = merged(0.002, MergedType::Base);
+    assert!(
+        q4.kept < 0.5 && q4.error > 0.5,
+        "kept {} error {}",
+        q4.kept,
+        q4.error
+    );
+    // An untrained adapter (B = 0) changes nothing and loses nothing.
+    let none = merged(0.0, MergedType::Base);
+    assert_eq!((none.kept, none.error), (1.0, 0.0));
+}
