@@ -452,37 +452,7 @@ fn combine(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::Split;
-    use crate::task::{BugSite, Hints};
-
-    fn task(id: &str, function: &str, level: u8) -> Task {
-        let mut t = Task {
-            instance_id: id.into(),
-            repo: "p".into(),
-            version: "1".into(),
-            split: Split::Train,
-            patch: String::new(),
-            test_patch: String::new(),
-            fail_to_pass: vec!["t::a".into()],
-            pass_to_pass: vec![],
-            problem_statement: String::new(),
-            bug_patch: String::new(),
-            bugs: vec![BugSite {
-                operator: "flip_comparison".into(),
-                file: "m.py".into(),
-                line: 3,
-                function: function.into(),
-            }],
-            hints: Hints {
-                failing_tests: vec!["t::a".into()],
-                failure: "AssertionError".into(),
-            },
-            hint_level: 0,
-            validation_s: 0.0,
-        };
-        t.set_hint_level(level);
-        t
-    }
+    use crate::testing::task;
 
     #[test]
     fn refinement_moves_toward_the_band() {

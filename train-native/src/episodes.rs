@@ -17,6 +17,7 @@ use lilypad_agent::{AgentConfig, LanguageModel, Message, Request, Sampling};
 use lilypad_chat::ChatSession;
 use serde::Deserialize;
 
+use crate::calibrate;
 use crate::envs::Environment;
 use crate::manifest::Manifest;
 use crate::rollout::{Rollout, RolloutPaths, rollout};
@@ -77,7 +78,16 @@ pub enum TasksConfig {
         /// The projects' manifest (default: the built-in projects.toml).
         #[serde(default)]
         manifest: Option<PathBuf>,
+        /// Online calibration: a task whose whole group failed is drawn next time with its
+        /// next hint level, one whose whole group resolved it with the level before (tasks
+        /// out of the band are refined, not dropped).
+        #[serde(default = "default_refine")]
+        refine: bool,
     },
+}
+
+fn default_refine() -> bool {
+    true
 }
 
 fn default_max_steps() -> usize {
@@ -156,6 +166,7 @@ pub struct AgentFamily {
     max_steps: usize,
     reward: AgentReward,
     thinking: bool,
+    refine: bool,
 }
 
 impl Family {
@@ -169,6 +180,7 @@ impl Family {
                 reward,
                 thinking,
                 manifest,
+                refine,
                 ..
             } => {
                 let tasks = read_tasks(file)?;
@@ -210,6 +222,7 @@ impl Family {
                     max_steps: *max_steps,
                     reward: *reward,
                     thinking: *thinking,
+                    refine: *refine,
                 })
             }
         };
@@ -248,6 +261,58 @@ impl Family {
             }
             Self::Agent(a) => a.episode(session, index, sampling, seed, trajectory),
         }
+    }
+}
+
+impl Family {
+    /// Each task's hint level (agent tasks; empty for reply tasks): what online refinement
+    /// has changed, for a run's checkpoint.
+    pub fn hint_levels(&self) -> Vec<u8> {
+        match self {
+            Self::Reply(_) => Vec::new(),
+            Self::Agent(a) => a.tasks.iter().map(|t| t.hint_level).collect(),
+        }
+    }
+
+    /// Puts back hint levels from [`Family::hint_levels`] (a resumed run's).
+    pub fn set_hint_levels(&mut self, levels: &[u8]) -> Result<()> {
+        match self {
+            Self::Agent(a) if levels.len() == a.tasks.len() => {
+                for (task, &level) in a.tasks.iter_mut().zip(levels) {
+                    if task.hint_level != level {
+                        *task = calibrate::with_hint_level(task, level);
+                    }
+                }
+                Ok(())
+            }
+            _ if levels.is_empty() => Ok(()),
+            _ => bail!(
+                "the checkpoint holds hint levels for {} tasks, the task file has {}",
+                levels.len(),
+                self.len()
+            ),
+        }
+    }
+
+    /// Online calibration after a group of task `index` whose rewards were all `reward`:
+    /// all failed (0) moves the task to its next hint level, all resolved (1) to the one
+    /// before. Returns the task's id before and after, or None when it stays as it is (reply
+    /// tasks, refinement off, a partial reward, no level left that way, or a second bug
+    /// needed, which only `calibrate` can plant and validate).
+    pub fn refine(&mut self, index: usize, reward: f64) -> Option<(String, String)> {
+        let Self::Agent(a) = self else {
+            return None;
+        };
+        let task = a.tasks.get_mut(index)?;
+        if !a.refine || (reward != 0.0 && reward != 1.0) {
+            return None;
+        }
+        let Some(calibrate::Refinement::Hint(level)) = calibrate::refinement(task, reward) else {
+            return None;
+        };
+        let from = task.instance_id.clone();
+        *task = calibrate::with_hint_level(task, level);
+        Some((from, task.instance_id.clone()))
     }
 }
 
@@ -385,6 +450,54 @@ mod tests {
         assert_eq!(AgentReward::Partial.of(&r), 1.0);
     }
 
+    /// Online calibration: a group that all failed moves its task a hint level up, one that
+    /// all resolved it a level down; partial rewards, a task needing a second bug and
+    /// refinement turned off leave it; a checkpoint's levels put the pool back as it was.
+    #[test]
+    fn online_calibration_refines_out_of_band_tasks_and_resumes() {
+        use crate::testing::task;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(Some(dir.path().into())).unwrap();
+        let family = |refine| {
+            Family::Agent(AgentFamily {
+                ws: ws.clone(),
+                tasks: vec![task("a", "f", 0), task("b", "g", 2), task("c", "h", 0)],
+                env_of: vec![0, 0, 0],
+                envs: Vec::new(),
+                max_steps: 1,
+                reward: AgentReward::Partial,
+                thinking: false,
+                refine,
+            })
+        };
+        let mut pool = family(true);
+        assert_eq!(pool.refine(0, 0.0), Some(("a".into(), "a@h1".into())));
+        assert_eq!(pool.refine(1, 1.0), Some(("b".into(), "b@h1".into())));
+        assert_eq!(pool.refine(0, 0.5), None, "partial credit: in band");
+        assert_eq!(
+            pool.refine(2, 1.0),
+            None,
+            "hint level 0, one bug: needs a second"
+        );
+        assert_eq!(pool.hint_levels(), [1, 1, 0]);
+        assert_eq!(family(false).refine(0, 0.0), None);
+
+        let mut resumed = family(true);
+        resumed.set_hint_levels(&pool.hint_levels()).unwrap();
+        let (Family::Agent(a), Family::Agent(b)) = (&pool, &resumed) else {
+            unreachable!()
+        };
+        for (x, y) in a.tasks.iter().zip(&b.tasks) {
+            assert_eq!(x.instance_id, y.instance_id);
+            assert_eq!(x.problem_statement, y.problem_statement);
+        }
+        assert!(
+            resumed.set_hint_levels(&[1, 1]).is_err(),
+            "another pool's levels"
+        );
+        assert!(resumed.set_hint_levels(&[]).is_ok(), "nothing refined yet");
+    }
+
     /// Agent episodes on a real environment with a real (tiny, random) policy: each is graded
     /// by the tests, its transcript holds every reply with the policy's tokens marked, and the
     /// trainer learns from it. The rewards of the update are set by hand (a random model fixes
@@ -412,6 +525,7 @@ mod tests {
             reward: AgentReward::Resolved,
             thinking: false,
             manifest: None,
+            refine: true,
         };
         let family = Family::load(&ws, &config, &file).unwrap();
         let sampling = SamplingConfig {

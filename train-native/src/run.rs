@@ -9,7 +9,9 @@
 //! Task families ([`crate::episodes`]): `reply`, single-turn questions with a verifiable
 //! answer, and `agent`, the synthesized bug-fix tasks, each episode a sandboxed multi-turn
 //! agent run graded by the project's tests. An episode whose environment fails (not the
-//! policy) drops its group from the update; the error goes to episodes.jsonl.
+//! policy) drops its group from the update; the error goes to episodes.jsonl. A skipped
+//! group of agent tasks moves its task's hint level toward the band (online calibration:
+//! [`Family::refine`]); the checkpoint keeps the levels.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -147,6 +149,8 @@ struct Metrics<'a> {
     groups_failed: usize,
     /// Tasks whose group carried signal, of those drawn: the in-band fraction.
     in_band: f64,
+    /// Online calibration's moves this update: `{"task", "from", "to"}` (instance ids).
+    refined: &'a [serde_json::Value],
     sample_ms: f64,
     step_ms: f64,
 }
@@ -265,7 +269,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         .unwrap_or_else(|| ws.root.join("runs").join(name));
     eprintln!("run folder: {}", out.display());
     let norm = config.norm()?;
-    let tasks = Family::load(ws, &config.tasks, config.tasks.file())?;
+    let mut tasks = Family::load(ws, &config.tasks, config.tasks.file())?;
     std::fs::create_dir_all(&out)?;
     let model_args = lilypad_cli::ModelArgs {
         model: config.model.display().to_string(),
@@ -289,6 +293,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     let (mut trainer, mut run) = match load_checkpoint(&out)? {
         Some((state, run, path)) => {
             eprintln!("resuming from {} (update {})", path.display(), run.step);
+            tasks.set_hint_levels(&run.hint_levels)?;
             let trainer = Trainer::resume(&mut model, config.adamw(), norm, &state)?;
             (trainer, run)
         }
@@ -298,6 +303,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 step: 0,
                 cursor: 0,
                 episodes: 0,
+                hint_levels: Vec::new(),
             },
         ),
     };
@@ -374,6 +380,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         let t0 = Instant::now();
         let mut groups = Vec::new();
         let (mut drawn, mut skipped, mut failed) = (0, 0, 0);
+        let mut refined = Vec::new();
         while groups.len() < config.groups_per_step
             && drawn < config.groups_per_step * config.max_draws
         {
@@ -415,6 +422,14 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 groups.push(group);
             } else {
                 skipped += 1;
+                if let Some((from, to)) = tasks.refine(task, rewards[0]) {
+                    eprintln!(
+                        "task {task}: every episode scored {}: {from} -> {to}",
+                        rewards[0]
+                    );
+                    refined.push(serde_json::json!({"task": task, "from": from, "to": to}));
+                    run.hint_levels = tasks.hint_levels();
+                }
             }
         }
         let sample_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -439,6 +454,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             groups: groups.len(),
             groups_skipped: skipped,
             groups_failed: failed,
+            refined: &refined,
             in_band: groups.len() as f64 / drawn.max(1) as f64,
             sample_ms,
             step_ms: t0.elapsed().as_secs_f64() * 1e3,

@@ -3,7 +3,8 @@
 //! ran (scripts/test.sh does).
 
 use crate::envs::Environment;
-use crate::manifest::Manifest;
+use crate::manifest::{Manifest, Split};
+use crate::task::{BugSite, Hints, Task};
 use crate::workspace::Workspace;
 
 /// A tool call as the agent reads it from a model's reply.
@@ -77,4 +78,34 @@ pub fn tiny_llama_session(context: u32) -> Option<lilypad_chat::ChatSession> {
         }
         Err(e) => panic!("{e:#}"),
     }
+}
+
+/// A task of project `p` with one bug in `function`, its statement at hint `level`.
+pub fn task(id: &str, function: &str, level: u8) -> Task {
+    let mut t = Task {
+        instance_id: id.into(),
+        repo: "p".into(),
+        version: "1".into(),
+        split: Split::Train,
+        patch: String::new(),
+        test_patch: String::new(),
+        fail_to_pass: vec!["t::a".into()],
+        pass_to_pass: vec![],
+        problem_statement: String::new(),
+        bug_patch: String::new(),
+        bugs: vec![BugSite {
+            operator: "flip_comparison".into(),
+            file: "m.py".into(),
+            line: 3,
+            function: function.into(),
+        }],
+        hints: Hints {
+            failing_tests: vec!["t::a".into()],
+            failure: "AssertionError".into(),
+        },
+        hint_level: 0,
+        validation_s: 0.0,
+    };
+    t.set_hint_level(level);
+    t
 }

@@ -240,6 +240,10 @@ pub struct RunState {
     pub cursor: u64,
     /// Episodes sampled so far (each takes its seed from this count).
     pub episodes: u64,
+    /// Each task's hint level, as online calibration left it (agent tasks; empty when
+    /// nothing was refined yet, or for reply tasks).
+    #[serde(default)]
+    pub hint_levels: Vec<u8>,
 }
 
 /// `DIR/checkpoint`: the adapter as PEFT files (what `export` and `--lora` read), the

@@ -219,5 +219,28 @@ fn agent_tasks_are_sampled_graded_and_logged() {
     assert_eq!(metrics[0]["groups"], 0);
     assert_eq!(metrics[0]["groups_skipped"], 1);
     assert_eq!(metrics[0]["groups_failed"], 0);
-    assert_eq!(run_state(&out).unwrap()["step"], 1);
+    // Online calibration: the task every episode failed is drawn next with one more hint,
+    // and the checkpoint holds the pool's levels for a resumed run.
+    let refined = metrics[0]["refined"].as_array().unwrap();
+    assert_eq!(refined.len(), 1, "{refined:?}");
+    let (from, to) = (
+        refined[0]["from"].as_str().unwrap(),
+        refined[0]["to"].as_str().unwrap(),
+    );
+    assert_eq!(from, episodes[0]["instance_id"]);
+    let task = refined[0]["task"].as_u64().unwrap() as usize;
+    let drawn: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&tasks)
+            .unwrap()
+            .lines()
+            .nth(task)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(drawn["instance_id"], from);
+    let level = drawn["hint_level"].as_u64().unwrap() + 1;
+    assert_eq!(to, format!("{from}@h{level}"));
+    let state = run_state(&out).unwrap();
+    assert_eq!(state["step"], 1);
+    assert_eq!(state["hint_levels"][task].as_u64(), Some(level));
 }
