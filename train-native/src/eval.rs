@@ -290,30 +290,13 @@ pub fn default_dir(root: &Path, name: &str) -> PathBuf {
 mod tests {
     use super::*;
     use crate::manifest::Split;
-    use crate::task::{BugSite, Hints};
 
     fn task(id: &str, op: &str) -> Task {
-        Task {
-            instance_id: id.into(),
-            repo: id.split('-').next().unwrap_or(id).into(),
-            version: "1".into(),
-            split: Split::Eval,
-            patch: String::new(),
-            test_patch: String::new(),
-            fail_to_pass: vec!["t::a".into()],
-            pass_to_pass: vec![],
-            problem_statement: String::new(),
-            bug_patch: String::new(),
-            bugs: vec![BugSite {
-                operator: op.into(),
-                file: "m.py".into(),
-                line: 1,
-                function: "f".into(),
-            }],
-            hints: Hints::default(),
-            hint_level: 1,
-            validation_s: 0.0,
-        }
+        let mut t = crate::testing::task(id, "f", 1);
+        t.repo = id.split('-').next().unwrap_or(id).into();
+        t.split = Split::Eval;
+        t.bugs[0].operator = op.into();
+        t
     }
 
     fn rollout(id: &str, sample: usize, resolved: bool) -> Rollout {

@@ -7,10 +7,15 @@
 // the page usable, and Retry must recover from a failed download. LoRA: a tiny llama
 // (tests/fixtures/lora/llama-tiny) loaded with its PEFT adapter must give the native CLI's
 // greedy text with `--lora`, and after the adapter is removed, the text without it; an adapter
-// for another model and a missing one must fail with their codes.
+// for another model and a missing one must fail with their codes. What train-native writes:
+// SmolLM2 with an adapter it trained must give the native CLI's greedy text with `--lora`
+// (which must differ from the base model's), and the model `train-native export` merged the
+// adapter into must give the CLI's greedy text for that file.
 //
-// Environment: LILYPAD_MODEL (the GGUF), LILYPAD_BIN (the native `lilypad` binary), CHROMIUM
-// (default /usr/bin/chromium), E2E_RESULTS (a JSON file for the measured figures).
+// Environment: LILYPAD_MODEL (the GGUF), LILYPAD_BIN (the native `lilypad` binary),
+// LILYPAD_TRAINED (a folder holding a train-native run over LILYPAD_MODEL,
+// runs/one-update/checkpoint/adapter, and its export, merged.gguf: scripts/test-web.sh makes
+// them), CHROMIUM (default /usr/bin/chromium), E2E_RESULTS (a JSON file for the measured figures).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, openSync, readSync, rmSync, statSync, writeFileSync, closeSync } from 'node:fs';
@@ -30,8 +35,13 @@ const LORA_MODEL = join(LORA, 'llama-tiny/model/model.gguf');
 const LORA_PROMPT = 'The quick brown fox';
 const LORA_TOKENS = 24;
 const LONG = 15 * 60_000;
+const TRAINED = process.env.LILYPAD_TRAINED;
+const TRAINED_ADAPTER = 'runs/one-update/checkpoint/adapter';
+const TRAINED_PROMPT = '<|im_start|>user\nWhat is 18 + 28? Reply with the number only.<|im_end|>\n<|im_start|>assistant\n';
+const TRAINED_TOKENS = 12;
 
 assert.ok(BIN, 'set LILYPAD_BIN to the native lilypad binary');
+assert.ok(TRAINED, 'set LILYPAD_TRAINED to a folder with a train-native adapter and export (scripts/test-web.sh)');
 const results = { model: basename(MODEL), model_bytes: statSync(MODEL).size };
 const step = (what) => console.log(`e2e: ${what}`);
 
@@ -60,6 +70,21 @@ console.log(`  base: ${JSON.stringify(tinyBase)}\n  lora: ${JSON.stringify(tinyL
 assert.notEqual(tinyLora, tinyBase, 'the adapter must change the greedy text for this check to mean anything');
 results.lora = { native_base: tinyBase, native_lora: tinyLora };
 
+step("native greedy text of SmolLM2 with train-native's adapter, and of the merged model");
+const smolGenerate = (model, ...extra) =>
+  execFileSync(BIN, ['generate', '-m', model, '-p', TRAINED_PROMPT, '--max-tokens', String(TRAINED_TOKENS), '--temperature', '0', '-q', ...extra], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }).replace(/\n$/, '');
+const trained = {
+  native_base: smolGenerate(MODEL),
+  native_lora: smolGenerate(MODEL, '--lora', join(TRAINED, TRAINED_ADAPTER)),
+  native_merged: smolGenerate(join(TRAINED, 'merged.gguf')),
+};
+console.log(`  base: ${JSON.stringify(trained.native_base)}\n  lora: ${JSON.stringify(trained.native_lora)}\n  merged: ${JSON.stringify(trained.native_merged)}`);
+assert.notEqual(trained.native_lora, trained.native_base, 'the trained adapter must change the greedy text for this check to mean anything');
+results.trained = trained;
+
 // --- Broken models and a flaky server.
 const broken = mkdtempSync(join(tmpdir(), 'lilypad-e2e-'));
 const head = Buffer.alloc(3 << 20);
@@ -73,7 +98,7 @@ let flakyFailures = 1;
 const server = await startServer({
   models: dirname(MODEL),
   dist: join(here, '../dist'),
-  extra: { '/broken/': broken, '/lora/': LORA },
+  extra: { '/broken/': broken, '/lora/': LORA, '/trained/': TRAINED },
   intercept(req, res, url) {
     // Fails once, then serves the real model: what Retry is for.
     if (url.pathname === '/flaky/model.gguf' && flakyFailures-- > 0) {
@@ -252,6 +277,35 @@ try {
   assert.equal(split.state, 'ready', JSON.stringify(await errorShown()));
   const splitAnswer = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
   assert.deepEqual(splitAnswer.tokens, nativeIds);
+
+  step("train-native's adapter on SmolLM2, from a folder URL");
+  await page.goto(`${server.url}/`);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+  const trainedLoad = await loadModel(async () => {
+    await url(`${server.url}${modelPath}`)();
+    await page.evaluate(() => (document.getElementById('lora-panel').open = true));
+    await page.fill('#lora-url', `${server.url}/trained/${TRAINED_ADAPTER}/`);
+  });
+  assert.equal(trainedLoad.state, 'ready', JSON.stringify(await errorShown()));
+  const trainedInfo = await loraShown();
+  console.log(`  ${JSON.stringify(trainedInfo)}, loaded in ${trainedLoad.ms} ms`);
+  assert.equal(trainedInfo.rank, 4);
+  assert.equal(trainedInfo.linears, 210);
+  const smolGreedy = () => generate(TRAINED_PROMPT, { raw: true, maxTokens: TRAINED_TOKENS });
+  const trainedText = (await smolGreedy()).text;
+  console.log(`  with the adapter: ${JSON.stringify(trainedText)}`);
+  assert.equal(trainedText, trained.native_lora);
+  results.trained.browser_lora = trainedText;
+
+  step("the model train-native export merged the adapter into");
+  await page.fill('#lora-url', '');
+  const mergedLoad = await loadModel(url(`${server.url}/trained/merged.gguf`));
+  assert.equal(mergedLoad.state, 'ready', JSON.stringify(await errorShown()));
+  assert.equal(await loraShown(), null);
+  const mergedText = (await smolGreedy()).text;
+  console.log(`  merged (loaded in ${mergedLoad.ms} ms): ${JSON.stringify(mergedText)}`);
+  assert.equal(mergedText, trained.native_merged);
+  results.trained.browser_merged = mergedText;
 
   step('errors: 404, truncated file, garbage file');
   for (const [path, code] of [
