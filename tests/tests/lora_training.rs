@@ -168,3 +168,52 @@ fn training_log_probs_equal_inference() {
         "max |Δ log p| {worst}: {train:?} vs {infer:?}"
     );
 }
+
+/// A gradient holding a NaN (here from a NaN loss weight) is a typed error that changes
+/// nothing: the adapter, its moments and the step count stay as they were, the gradient
+/// buffers are cleared, and the next finite step goes ahead as if the bad one never came.
+#[test]
+fn a_gradient_that_is_not_finite_changes_nothing() {
+    let Some(mut m) = model() else {
+        return;
+    };
+    let tokens: Vec<u32> = (1..12).collect();
+    let mut targets = tokens[1..].to_vec();
+    targets.push(0);
+    let good = Run {
+        tokens: tokens.clone(),
+        targets: targets.clone(),
+        coef: vec![-0.1; tokens.len()],
+    };
+    let config = AdamWConfig::default();
+    let grads = LoraGradients::new(&mut m).unwrap();
+    let mut opt = LoraAdamW::new(&mut m, config).unwrap();
+    good.step(&mut m, &grads, &mut opt);
+    let before = pollster::block_on(opt.state(&mut m)).unwrap();
+
+    let mut coef = vec![-0.1; tokens.len()];
+    coef[3] = f32::NAN;
+    let fwd = pollster::block_on(m.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
+    pollster::block_on(m.lora_backward(&fwd, &targets, &coef, &grads)).unwrap();
+    match pollster::block_on(opt.step(&mut m, &grads, LR)) {
+        Err(lilypad_engine::EngineError::NonFiniteGradient(norm)) => assert!(!norm.is_finite()),
+        other => panic!("a NaN gradient must be refused: {other:?}"),
+    }
+    let after = pollster::block_on(opt.state(&mut m)).unwrap();
+    assert!(after == before, "nothing changed");
+
+    // The same good step from here equals a run that never saw the NaN.
+    good.step(&mut m, &grads, &mut opt);
+    let Some(mut m2) = model() else {
+        return;
+    };
+    let grads2 = LoraGradients::new(&mut m2).unwrap();
+    let mut opt2 = LoraAdamW::new(&mut m2, config).unwrap();
+    good.step(&mut m2, &grads2, &mut opt2);
+    good.step(&mut m2, &grads2, &mut opt2);
+    assert!(
+        pollster::block_on(opt.state(&mut m)).unwrap()
+            == pollster::block_on(opt2.state(&mut m2)).unwrap(),
+        "the bad step left no trace"
+    );
+}

@@ -444,6 +444,13 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         } else {
             let model = session.model_mut();
             let mut stats = pollster::block_on(trainer.update(model, &groups, lr))?;
+            if stats.nonfinite {
+                eprintln!(
+                    "update {}: the gradient's norm is {}: no optimizer step (nonfinite in the metrics)",
+                    run.step + 1,
+                    stats.grad_norm
+                );
+            }
             // The run's count: updates that found no group took no optimizer step.
             stats.step = run.step;
             stats

@@ -85,6 +85,9 @@ pub struct UpdateStats {
     pub grad_norm: f32,
     pub forward_backward_ms: f64,
     pub optimizer_ms: f64,
+    /// The gradient held a NaN or an infinity, so the optimizer took no step (the adapter and
+    /// its moments are as before); the run goes on.
+    pub nonfinite: bool,
 }
 
 /// The optimizer, its gradient buffers and the objective's settings.
@@ -224,8 +227,14 @@ impl Trainer {
         stats.neg_logp = neg_logp / total.max(1) as f64;
         stats.forward_backward_ms = started.elapsed().as_secs_f64() * 1e3;
         let started = Instant::now();
-        let step = self.opt.step(model, &self.grads, lr).await?;
-        stats.grad_norm = step.grad_norm;
+        match self.opt.step(model, &self.grads, lr).await {
+            Ok(step) => stats.grad_norm = step.grad_norm,
+            Err(lilypad_engine::EngineError::NonFiniteGradient(norm)) => {
+                stats.grad_norm = norm;
+                stats.nonfinite = true;
+            }
+            Err(e) => return Err(e.into()),
+        }
         stats.optimizer_ms = started.elapsed().as_secs_f64() * 1e3;
         Ok(stats)
     }

@@ -45,6 +45,9 @@ pub enum EngineError {
     },
     #[error("invalid model configuration: {0}")]
     Config(String),
+    /// The optimizer's gradient held a NaN or an infinity: nothing was updated.
+    #[error("the gradient's norm is {0}: the adapter was not updated")]
+    NonFiniteGradient(f32),
     #[error(
         "the model needs {needed} on the GPU but the adapter {adapter} allows {allowed} ({what})"
     )]

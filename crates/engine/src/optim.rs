@@ -91,7 +91,8 @@ impl LoraAdamW {
     }
 
     /// One update of the adapter from `grads` at learning rate `lr`; the gradients are zeroed
-    /// after. A gradient that is not finite changes nothing and is an error.
+    /// after. A gradient that is not finite changes nothing (not the adapter, the moments or
+    /// the step count) and is [`EngineError::NonFiniteGradient`].
     pub async fn step(
         &mut self,
         model: &mut Model,
@@ -124,9 +125,7 @@ impl LoraAdamW {
         let grad_norm = sq.iter().map(|&s| s as f64).sum::<f64>().sqrt() as f32;
         if !grad_norm.is_finite() {
             grads.zero(&ctx);
-            return Err(EngineError::Config(format!(
-                "the gradient's norm is {grad_norm}: the adapter was not updated"
-            )));
+            return Err(EngineError::NonFiniteGradient(grad_norm));
         }
         let grad_scale = match self.config.max_grad_norm {
             Some(max) if grad_norm > max => max / grad_norm,
