@@ -240,7 +240,7 @@ fn batch_sampling_uses_each_sequences_parameters() {
 /// single-sequence generations with seeds seed, seed + 1, … (greedy: n equal answers).
 #[test]
 fn chat_samples_equal_single_generations() {
-    use lilypad_agent::{Message, Request, Sampling};
+    use lilypad_agent::{LanguageModel, Message, Request, Sampling};
     use lilypad_chat::ChatSession;
     use lilypad_tokenizer::TextTokenizer;
 
@@ -300,6 +300,24 @@ fn chat_samples_equal_single_generations() {
                 many.iter().any(|(_, t)| t != &many[0].1),
                 "different seeds, different samples"
             );
+        }
+        // With transcripts (what a trainer reads): each equals the one a single chat turn
+        // with that seed leaves.
+        let group = pollster::block_on(chat.complete_group(&request, 3)).unwrap();
+        for (i, (completion, transcript)) in group.iter().enumerate() {
+            chat.reset();
+            let _ = chat.take_transcript();
+            let one = Request {
+                sampling: Sampling {
+                    seed: sampling.seed + i as u64,
+                    ..sampling
+                },
+                ..request
+            };
+            let single = pollster::block_on(chat.complete(&one, &mut |_| true)).unwrap();
+            assert_eq!(transcript, &chat.take_transcript(), "sample {i}");
+            assert_eq!(completion.text, single.text);
+            assert!(transcript.generated.iter().any(|&g| g));
         }
     }
 }

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use lilypad_agent::{AgentConfig, LanguageModel, Message, Request, Sampling};
+use lilypad_agent::{AgentConfig, Message, Request, Sampling};
 use lilypad_chat::ChatSession;
 use serde::Deserialize;
 
@@ -239,27 +239,45 @@ impl Family {
         }
     }
 
-    /// Samples one episode of task `index` with `seed`. An agent episode writes its
-    /// trajectory to `trajectory` as it goes (a reply episode writes nothing there).
-    pub fn episode(
+    /// Sequence slots a session needs for groups of `n` episodes: a reply group is decoded
+    /// together, agent episodes run one after another.
+    pub fn sequences(&self, n: usize) -> u32 {
+        match self {
+            Self::Reply(_) => n.max(1) as u32,
+            Self::Agent(_) => 1,
+        }
+    }
+
+    /// A group of `n` episodes of task `index`, episode i with seed `seed + i`. A reply group
+    /// is decoded together (its prompt evaluated once and forked; the session needs `n`
+    /// sequence slots); agent episodes run one after another, each writing its trajectory to
+    /// `trajectory(i)` as it goes. Returns the episodes with their records, and the error
+    /// that ended the group early (the environment's, not the policy's), if one did.
+    pub fn group(
         &self,
         session: &mut ChatSession,
         index: usize,
         sampling: &SamplingConfig,
         seed: u64,
-        trajectory: &Path,
-    ) -> Result<(Episode, serde_json::Value)> {
+        n: usize,
+        trajectory: &dyn Fn(usize) -> PathBuf,
+    ) -> (Vec<(Episode, serde_json::Value)>, Option<anyhow::Error>) {
         match self {
-            Self::Reply(tasks) => {
-                let task = &tasks[index];
-                let (episode, reply) = reply_episode(session, task, sampling, seed)?;
-                let record = serde_json::json!({
-                    "seed": seed, "prompt": task.prompt, "reply": reply,
-                    "reward": episode.reward,
-                });
-                Ok((episode, record))
+            Self::Reply(tasks) => match reply_group(session, &tasks[index], sampling, seed, n) {
+                Ok(group) => (group, None),
+                Err(e) => (Vec::new(), Some(e)),
+            },
+            Self::Agent(a) => {
+                let mut group = Vec::with_capacity(n);
+                for i in 0..n {
+                    let seed = seed.wrapping_add(i as u64);
+                    match a.episode(session, index, sampling, seed, &trajectory(i)) {
+                        Ok(episode) => group.push(episode),
+                        Err(e) => return (group, Some(e)),
+                    }
+                }
+                (group, None)
             }
-            Self::Agent(a) => a.episode(session, index, sampling, seed, trajectory),
         }
     }
 }
@@ -387,14 +405,14 @@ pub fn reply_reward(reply: &str, answer: &str) -> f64 {
     f64::from(last == Some(answer.trim()))
 }
 
-/// One single-turn episode: the question, the policy's reply, its reward; and the reply.
-fn reply_episode(
+/// `n` replies to one question decoded together, reply i with seed `seed + i`.
+fn reply_group(
     session: &mut ChatSession,
     task: &ReplyTask,
     sampling: &SamplingConfig,
     seed: u64,
-) -> Result<(Episode, String)> {
-    session.reset();
+    n: usize,
+) -> Result<Vec<(Episode, serde_json::Value)>> {
     let messages = [Message::user(&task.prompt)];
     let request = Request {
         messages: &messages,
@@ -403,14 +421,24 @@ fn reply_episode(
         max_tokens: sampling.max_tokens,
         enable_thinking: false,
     };
-    let _ = session.take_transcript();
-    let completion = pollster::block_on(session.complete(&request, &mut |_| true))?;
-    let episode = Episode {
-        transcript: session.take_transcript(),
-        reward: reply_reward(&completion.text, &task.answer),
-        logp_old: None,
-    };
-    Ok((episode, completion.text))
+    let samples = pollster::block_on(session.complete_group(&request, n))?;
+    Ok(samples
+        .into_iter()
+        .enumerate()
+        .map(|(i, (completion, transcript))| {
+            let reward = reply_reward(&completion.text, &task.answer);
+            let record = serde_json::json!({
+                "seed": seed.wrapping_add(i as u64), "prompt": task.prompt,
+                "reply": completion.text, "reward": reward,
+            });
+            let episode = Episode {
+                transcript,
+                reward,
+                logp_old: None,
+            };
+            (episode, record)
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -534,13 +562,15 @@ mod tests {
             top_k: 0,
             max_tokens: 12,
         };
+        let trajectory = |i: usize| dir.path().join(format!("{}.json", i + 1));
+        let (group, error) = family.group(&mut session, 0, &sampling, 1, 2, &trajectory);
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(group.len(), 2);
         let mut episodes = Vec::new();
-        for seed in [1, 2] {
-            let trajectory = dir.path().join(format!("{seed}.json"));
-            let (episode, record) = family
-                .episode(&mut session, 0, &sampling, seed, &trajectory)
-                .unwrap();
+        for (i, (episode, record)) in group.into_iter().enumerate() {
+            let trajectory = trajectory(i);
             eprintln!("{record}");
+            assert_eq!(record["seed"], i as u64 + 1);
             assert_eq!(record["instance_id"], task.instance_id.as_str());
             assert_eq!(record["resolved"], false, "{record}");
             assert_eq!(episode.reward, 0.0);

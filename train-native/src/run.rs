@@ -245,6 +245,10 @@ pub fn initial_adapter(
     }
 }
 
+/// The first seed of held-out evaluation's episodes, far from training's (the run's seed
+/// times 1,000,003 plus the episode count).
+const EVAL_SEEDS: u64 = 1 << 63;
+
 /// The order tasks are drawn in: a seeded shuffle, repeated with a new shuffle each pass.
 fn task_at(cursor: u64, n: usize, seed: u64) -> usize {
     let pass = cursor / n as u64;
@@ -280,7 +284,10 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         adapter: None,
         quiet: true,
     };
-    let loaded = lilypad_cli::Loaded::open(&model_args)?;
+    // Reply groups (and evaluations) are decoded together: a sequence slot per episode.
+    let eval_k = config.eval.as_ref().map_or(1, |e| e.k);
+    let sequences = tasks.sequences(config.group.max(eval_k));
+    let loaded = lilypad_cli::Loaded::open_with_progress(&model_args, sequences, &mut |_| {})?;
     let base = loaded.file.clone();
     let mut model = loaded.model;
     let targets = model.lora_targets();
@@ -340,12 +347,17 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         keep_steps_before(&eval_episodes_log, step)?;
         let mut total = 0.0;
         for i in 0..eval_tasks.len() {
-            for sample in 0..eval.k {
-                // Seeds of their own, the same at every evaluation.
-                let seed = u64::MAX - (i * eval.k + sample) as u64;
-                let trajectory = out.join(format!("eval/{step:04}/{i:04}-{sample}.json"));
-                let (episode, mut record) =
-                    eval_tasks.episode(session, i, &config.sampling, seed, &trajectory)?;
+            // Seeds of their own (training's count up from the run's seed), the same at every
+            // evaluation.
+            let seed = EVAL_SEEDS + (i * eval.k) as u64;
+            let trajectory =
+                |sample: usize| out.join(format!("eval/{step:04}/{i:04}-{sample}.json"));
+            let (group, error) =
+                eval_tasks.group(session, i, &config.sampling, seed, eval.k, &trajectory);
+            if let Some(e) = error {
+                return Err(e.context(format!("evaluating task {i}")));
+            }
+            for (episode, mut record) in group {
                 total += episode.reward;
                 record["step"] = step.into();
                 append_line(&eval_episodes_log, &record)?;
@@ -387,33 +399,38 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             let task = task_at(run.cursor, tasks.len(), config.seed);
             run.cursor += 1;
             drawn += 1;
+            let seed = config
+                .seed
+                .wrapping_mul(1_000_003)
+                .wrapping_add(run.episodes);
+            let first = run.episodes;
+            run.episodes += config.group as u64;
+            let trajectory =
+                |i: usize| out.join(format!("trajectories/{:06}.json", first + i as u64));
+            let (sampled, error) = tasks.group(
+                &mut session,
+                task,
+                &config.sampling,
+                seed,
+                config.group,
+                &trajectory,
+            );
             let mut group = Vec::with_capacity(config.group);
-            for _ in 0..config.group {
-                let seed = config
-                    .seed
-                    .wrapping_mul(1_000_003)
-                    .wrapping_add(run.episodes);
-                let trajectory = out.join(format!("trajectories/{:06}.json", run.episodes));
-                run.episodes += 1;
-                match tasks.episode(&mut session, task, &config.sampling, seed, &trajectory) {
-                    Ok((episode, mut record)) => {
-                        record["step"] = run.step.into();
-                        append_line(&episodes_log, &record)?;
-                        group.push(episode);
-                    }
-                    Err(e) => {
-                        // The environment failed, not the policy (a sandbox that would not
-                        // start, a copy that could not be made): the group is not trained on,
-                        // and the run goes on with the next task.
-                        let error = format!("{e:#}");
-                        eprintln!("episode {seed}: {error}");
-                        let record = serde_json::json!({
-                            "step": run.step, "seed": seed, "error": error,
-                        });
-                        append_line(&episodes_log, &record)?;
-                        break;
-                    }
-                }
+            for (episode, mut record) in sampled {
+                record["step"] = run.step.into();
+                append_line(&episodes_log, &record)?;
+                group.push(episode);
+            }
+            if let Some(e) = error {
+                // The environment failed, not the policy (a sandbox that would not start, a
+                // copy that could not be made): the group is not trained on, and the run goes
+                // on with the next task.
+                let error = format!("{e:#}");
+                eprintln!("task {task}: {error}");
+                let record = serde_json::json!({
+                    "step": run.step, "seed": seed.wrapping_add(group.len() as u64), "error": error,
+                });
+                append_line(&episodes_log, &record)?;
             }
             let rewards: Vec<f64> = group.iter().map(|e| e.reward).collect();
             if group.len() < config.group {

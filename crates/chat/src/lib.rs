@@ -150,6 +150,44 @@ impl ChatSession {
         request: &Request<'_>,
         n: usize,
     ) -> Result<Vec<(Completion, Vec<u32>)>, ModelError> {
+        let samples = self.sample_group(request, n).await?;
+        Ok(samples
+            .into_iter()
+            .map(|(completion, mut tokens, _)| {
+                if tokens.last().is_some_and(|&id| self.tok.is_stop(id)) {
+                    tokens.pop();
+                }
+                (completion, tokens)
+            })
+            .collect())
+    }
+
+    /// [`ChatSession::complete_many`] with each sample's conversation as a trainer reads it:
+    /// the prompt as shown, then the sample's tokens (its end-of-turn token included) as the
+    /// model's, as [`ChatSession::take_transcript`] holds a single turn.
+    pub async fn complete_group(
+        &mut self,
+        request: &Request<'_>,
+        n: usize,
+    ) -> Result<Vec<(Completion, Transcript)>, ModelError> {
+        let samples = self.sample_group(request, n).await?;
+        Ok(samples
+            .into_iter()
+            .map(|(completion, tokens, prompt)| {
+                let mut transcript = Transcript::default();
+                transcript.record(&prompt, &tokens);
+                (completion, transcript)
+            })
+            .collect())
+    }
+
+    /// The samples of [`ChatSession::complete_many`], each with every generated token id
+    /// (an end-of-turn token included) and the prompt's.
+    async fn sample_group(
+        &mut self,
+        request: &Request<'_>,
+        n: usize,
+    ) -> Result<Vec<(Completion, Vec<u32>, Vec<u32>)>, ModelError> {
         self.previous = None;
         let text = self.render(
             request.messages,
@@ -193,14 +231,15 @@ impl ChatSession {
         tokens
             .into_iter()
             .zip(finish)
-            .map(|(mut t, finish)| {
+            .map(|(t, finish)| {
                 let generated_tokens = t.len();
-                if t.last().is_some_and(|&id| self.tok.is_stop(id)) {
-                    t.pop();
-                }
+                let text_tokens = match t.last() {
+                    Some(&id) if self.tok.is_stop(id) => &t[..t.len() - 1],
+                    _ => &t[..],
+                };
                 let text = self
                     .tok
-                    .decode(&t)
+                    .decode(text_tokens)
                     .map_err(|e| ModelError::Other(e.to_string()))?;
                 let completion = Completion {
                     text,
@@ -211,7 +250,7 @@ impl ChatSession {
                     prefill_ms: (first - start).as_secs_f64() * 1e3,
                     decode_ms: (end - first).as_secs_f64() * 1e3,
                 };
-                Ok((completion, t))
+                Ok((completion, t, prompt.clone()))
             })
             .collect()
     }
