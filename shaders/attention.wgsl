@@ -74,8 +74,12 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
         for (var j = 0u; j < CHUNK; j++) {
             let row = a.first + min(c0 + j, a.last_pos);
             let kr = load_row(0u, (row * p.n_kv + kv_head) * HD4);
+            var d = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                d += qv[i] * kr[i];
+            }
             // Positions past this lane's token (or past the end) do not count.
-            s[j] = select(NEG_BIG, dot_rows(qv, kr), c0 + j < a.n_pos);
+            s[j] = select(NEG_BIG, d.x + d.y + d.z + d.w, c0 + j < a.n_pos);
             m_new = max(m_new, s[j]);
         }
         // Position 0 is valid for every lane, so m_new is finite from the first chunk on.

@@ -97,11 +97,11 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
 #else
     var dl: f32;
     if first_block {
-        var ov: Row;
+        var d = vec4<f32>(0.0);
         for (var i = 0u; i < HD4; i++) {
-            ov[i] = o[base + i];
+            d += dov[i] * o[base + i];
         }
-        dl = dot_rows(dov, ov);
+        dl = d.x + d.y + d.z + d.w;
         if a.live {
             delta[at] = dl;
         }
@@ -115,9 +115,17 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
         let rb = ((a.first + min(j, a.last_pos)) * p.n_kv + kv_head) * HD4;
         let kr = load_row(0u, rb);
         let vr = load_row(1u, rb);
+        // The score and dO·v together, inline (see common/attention_rows.wgsl).
+        var sv = vec4<f32>(0.0);
+        var dpv = vec4<f32>(0.0);
+        for (var i = 0u; i < HD4; i++) {
+            sv += qv[i] * kr[i];
+            dpv += dov[i] * vr[i];
+        }
+        let score = sv.x + sv.y + sv.z + sv.w;
+        let dp = dpv.x + dpv.y + dpv.z + dpv.w;
         // Positions past this lane's token do not count.
-        let ds = select(0.0, exp(dot_rows(qv, kr) * p.scale - m) * (dot_rows(dov, vr) - dl),
-                        j < a.n_pos);
+        let ds = select(0.0, exp(score * p.scale - m) * (dp - dl), j < a.n_pos);
         for (var i = 0u; i < HD4; i++) {
             acc[i] += ds * kr[i];
         }
@@ -167,8 +175,15 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
             let at = t * p.n_head + h;
             let qr = load_row(2u, at * HD4);
             let dor = load_row(3u, at * HD4);
-            let pr = select(0.0, exp(dot_rows(qr, kr) * p.scale - lse[at]), pos >= j);
-            let ds = pr * (dot_rows(dor, vr) - delta[at]);
+            var sv = vec4<f32>(0.0);
+            var dpv = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                sv += qr[i] * kr[i];
+                dpv += dor[i] * vr[i];
+            }
+            let score = sv.x + sv.y + sv.z + sv.w;
+            let pr = select(0.0, exp(score * p.scale - lse[at]), pos >= j);
+            let ds = pr * (dpv.x + dpv.y + dpv.z + dpv.w - delta[at]);
             for (var i = 0u; i < HD4; i++) {
                 ak[i] += ds * qr[i];
                 av[i] += pr * dor[i];
