@@ -245,6 +245,16 @@ pub fn initial_adapter(
     }
 }
 
+/// `s` seconds as `1 h 05 min`, `12 min 30 s` or `45 s`.
+fn duration(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
+}
+
 /// The first seed of held-out evaluation's episodes, far from training's (the run's seed
 /// times 1,000,003 plus the episode count).
 const EVAL_SEEDS: u64 = 1 << 63;
@@ -387,7 +397,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     if eval_step(run.step) && !evaluated(run.step)? {
         evaluate(&mut session, run.step)?;
     }
-    let started = Instant::now();
+    let (started, first_step) = (Instant::now(), run.step);
     while run.step < last {
         let t0 = Instant::now();
         let mut groups = Vec::new();
@@ -495,8 +505,11 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             evaluate(&mut session, run.step)?;
         }
         draw_curve(&out);
+        // The time left, at this session's mean time per update (evaluations included).
+        let elapsed = started.elapsed().as_secs_f64();
+        let eta = elapsed / f64::from(run.step - first_step) * f64::from(last - run.step);
         eprintln!(
-            "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all)",
+            "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all, about {} left)",
             run.step,
             config.steps,
             stats.mean_reward,
@@ -506,7 +519,8 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             stats.grad_norm,
             lr,
             t0.elapsed().as_secs_f64(),
-            started.elapsed().as_secs_f64()
+            elapsed,
+            duration(eta),
         );
     }
     // Drawn again at the end, so rerunning a finished run brings the chart up to date.
@@ -589,6 +603,15 @@ fn keep_steps_before(path: &Path, step: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_at_a_glance() {
+        assert_eq!(duration(0.4), "0 s");
+        assert_eq!(duration(59.6), "1 min 00 s");
+        assert_eq!(duration(750.0), "12 min 30 s");
+        assert_eq!(duration(3900.0), "1 h 05 min");
+        assert_eq!(duration(-3.0), "0 s");
+    }
 
     #[test]
     fn every_task_is_drawn_once_per_pass_in_a_seeded_order() {
