@@ -538,6 +538,87 @@ fn draw_curve(out: &Path) {
     if let Err(e) = plot_curve(out) {
         eprintln!("warning: the learning curve was not drawn: {e:#}");
     }
+    if let Err(e) = write_report(out) {
+        eprintln!("warning: the run report was not written: {e:#}");
+    }
+}
+
+/// `report.md`: the run so far from its own logs, for reading at a glance.
+fn write_report(out: &Path) -> Result<()> {
+    let metrics = read_lines::<serde_json::Value>(&out.join("metrics.jsonl"))?;
+    let evals = read_lines::<serde_json::Value>(&out.join("eval.jsonl"))?;
+    std::fs::write(out.join("report.md"), report(&metrics, &evals))?;
+    Ok(())
+}
+
+/// The report of a run whose metrics and evaluation lines are these.
+fn report(metrics: &[serde_json::Value], evals: &[serde_json::Value]) -> String {
+    let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(0.0);
+    // (An empty float sum is −0.)
+    let n = |k: &str| 0.0 + metrics.iter().map(|v| f(v, k)).sum::<f64>();
+    let count = |k: &str| {
+        metrics
+            .iter()
+            .filter(|v| v[k].as_bool() == Some(true))
+            .count()
+    };
+    let refined: usize = metrics
+        .iter()
+        .map(|v| v["refined"].as_array().map_or(0, Vec::len))
+        .sum();
+    let updated = metrics.iter().filter(|v| f(v, "groups") > 0.0).count();
+    let mean = |vs: &[serde_json::Value]| {
+        let kept: Vec<f64> = vs
+            .iter()
+            .filter(|v| f(v, "groups") > 0.0)
+            .map(|v| f(v, "mean_reward"))
+            .collect();
+        (!kept.is_empty()).then(|| kept.iter().sum::<f64>() / kept.len() as f64)
+    };
+    let fmt = |m: Option<f64>| m.map_or("—".to_string(), |m| format!("{m:.3}"));
+    let tenth = (metrics.len() / 10).max(1);
+    let mut r = String::from("# Run report\n\n");
+    r += &format!(
+        "{} updates, {} of them with groups to learn from; {} groups kept, {} skipped (all \
+         rewards equal), {} failed (the environment); {} tasks refined online; {} updates \
+         skipped for a gradient that was not finite.\n\n",
+        metrics.len(),
+        updated,
+        n("groups"),
+        n("groups_skipped"),
+        n("groups_failed"),
+        refined,
+        count("nonfinite"),
+    );
+    r += &format!(
+        "Training reward of the kept groups: {} over the first {tenth} updates, {} over the \
+         last {tenth}.\n\n",
+        fmt(mean(&metrics[..tenth.min(metrics.len())])),
+        fmt(mean(&metrics[metrics.len().saturating_sub(tenth)..])),
+    );
+    if !evals.is_empty() {
+        r += "| after update | held-out reward | episodes |\n|---:|---:|---:|\n";
+        for e in evals {
+            r += &format!(
+                "| {} | {:.3} | {} |\n",
+                e["step"],
+                f(e, "reward"),
+                e["episodes"]
+            );
+        }
+        r += "\n";
+    }
+    let (sample, train, opt) = (
+        n("sample_ms") / 1e3,
+        n("forward_backward_ms") / 1e3,
+        n("optimizer_ms") / 1e3,
+    );
+    let eval = 0.0 + evals.iter().map(|e| f(e, "ms")).sum::<f64>() / 1e3;
+    r += &format!(
+        "Time: sampling {sample:.0} s, forward and backward {train:.0} s, optimizer {opt:.1} s, \
+         evaluation {eval:.0} s. The curve: curve.svg; every update: metrics.jsonl.\n"
+    );
+    r
 }
 
 /// `curve.svg`: the training reward per update (each update's groups) and the held-out
@@ -603,6 +684,44 @@ fn keep_steps_before(path: &Path, step: u32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_sums_up_the_logs() {
+        let line = |step: u32, groups: u32, reward: f64| {
+            serde_json::json!({
+                "step": step, "groups": groups, "groups_skipped": 1, "groups_failed": 0,
+                "mean_reward": reward, "sample_ms": 1000.0, "forward_backward_ms": 2000.0,
+                "optimizer_ms": 100.0, "nonfinite": step == 3,
+                "refined": if step == 1 { serde_json::json!([{"task": 0}]) } else { serde_json::json!([]) },
+            })
+        };
+        let metrics: Vec<_> = (0..20)
+            .map(|s| line(s, u32::from(s != 5), f64::from(s) / 20.0))
+            .collect();
+        let evals = [serde_json::json!({"step": 0, "reward": 0.25, "episodes": 8, "ms": 5000.0})];
+        let r = report(&metrics, &evals);
+        assert!(r.contains("20 updates, 19 of them"), "{r}");
+        assert!(r.contains("19 groups kept, 20 skipped"), "{r}");
+        assert!(
+            r.contains("1 tasks refined online; 1 updates skipped"),
+            "{r}"
+        );
+        // The first two updates (rewards 0 and 0.05) and the last two (0.9, 0.95).
+        assert!(
+            r.contains("0.025 over the first 2 updates, 0.925 over the last 2"),
+            "{r}"
+        );
+        assert!(r.contains("| 0 | 0.250 | 8 |"), "{r}");
+        assert!(
+            r.contains("sampling 20 s, forward and backward 40 s, optimizer 2.0 s, evaluation 5 s"),
+            "{r}"
+        );
+        let empty = report(&[], &[]);
+        assert!(
+            empty.contains("0 updates") && !empty.contains("-0"),
+            "{empty}"
+        );
+    }
 
     #[test]
     fn durations_read_at_a_glance() {
