@@ -168,3 +168,32 @@ fn bad_token_and_full_context_are_typed_errors() {
         "a refused step must not change the state"
     );
 }
+
+#[test]
+fn prompt_longer_than_the_context_or_empty_is_refused_before_generating() {
+    let Some(m) = smollm2() else { return };
+    let mut m = m.lock().unwrap_or_else(|e| e.into_inner());
+    m.model.reset();
+    let context = m.model.context as usize;
+    let greedy = lilypad_engine::SamplingParams::greedy();
+    let generate = |model: &mut Model, prompt: &[u32]| {
+        pollster::block_on(model.generate(prompt, &greedy, 4, &|_| false, &mut |_| true))
+    };
+    for len in [context + 1, 72_001] {
+        match generate(&mut m.model, &vec![1u32; len]) {
+            Err(EngineError::PromptTooLong { prompt, context: c }) => {
+                assert_eq!((prompt, c), (len, context));
+            }
+            other => panic!("{len} tokens: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        generate(&mut m.model, &[]),
+        Err(EngineError::EmptyPrompt)
+    ));
+    assert!(m.model.tokens().is_empty(), "nothing was evaluated");
+    // A prompt that fills the context still gives one token: it needs no position of its own.
+    let generation = generate(&mut m.model, &vec![1u32; context]).unwrap();
+    assert_eq!(generation.tokens.len(), 1);
+    m.model.reset();
+}

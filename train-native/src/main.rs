@@ -253,7 +253,7 @@ enum EnvsCommand {
 
 fn main() {
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", lilypad_cli::error_message(&e));
         std::process::exit(1);
     }
 }

@@ -485,6 +485,10 @@ fn engine_error(e: EngineError) -> ModelError {
         EngineError::ContextFull { needed, capacity } => {
             ModelError::ContextFull { needed, capacity }
         }
+        EngineError::PromptTooLong { prompt, context } => ModelError::ContextFull {
+            needed: prompt + 1,
+            capacity: context,
+        },
         e => ModelError::Other(e.to_string()),
     }
 }

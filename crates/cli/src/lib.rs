@@ -6,6 +6,8 @@ pub mod checkpoint;
 pub mod download;
 mod load;
 pub mod lora;
+mod report;
 
 pub use agent_args::AgentArgs;
 pub use load::{Loaded, ModelArgs, open_file, open_tokenizer};
+pub use report::error_message;

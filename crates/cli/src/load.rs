@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use lilypad_engine::{AdapterOptions, GpuContext, Model, ModelOptions, SamplingParams};
@@ -51,6 +51,12 @@ pub fn open_file(
     quiet: bool,
 ) -> Result<(PathBuf, ModelBytes, GgufFile)> {
     let local = std::path::Path::new(spec);
+    if local.is_dir() && !checkpoint::is_checkpoint(local) {
+        bail!(
+            "{spec} is a folder without config.json: a model is a GGUF file, an http(s) URL, or a \
+             Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)"
+        );
+    }
     let (path, src) = if checkpoint::is_checkpoint(local) {
         if !quiet {
             eprintln!("converting {spec} ({quantize:?})");
@@ -59,7 +65,7 @@ pub fn open_file(
         (local.to_path_buf(), ModelBytes::Converted(bytes))
     } else {
         let path = download::resolve_model(spec, &download::default_cache_dir(), sha256, quiet)?;
-        let map = MmapSource::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let map = MmapSource::open(&path)?;
         (path, ModelBytes::Mapped(map))
     };
     let file = GgufFile::read(&src).with_context(|| format!("reading {}", path.display()))?;

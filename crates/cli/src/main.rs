@@ -158,7 +158,7 @@ impl SamplingArgs {
 
 fn main() {
     if let Err(e) = run(Cli::parse()) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", lilypad_cli::error_message(&e));
         std::process::exit(1);
     }
 }
@@ -461,6 +461,12 @@ fn chat(
         }
         turns.push(ChatMessage::new("user", &line));
         let prompt = lm.tok.encode(&lm.render_chat(system, &turns)?, true)?;
+        if let Err(e) = lm.model.check_prompt(&prompt) {
+            // The conversation goes on without the message that did not fit.
+            eprintln!("error: {e}; /reset starts over");
+            turns.pop();
+            continue;
+        }
         let stdout = std::io::stdout();
         let reply = lm.stream(&prompt, &sp, max_tokens, &mut stdout.lock(), args.quiet)?;
         turns.push(ChatMessage::new("assistant", &reply));

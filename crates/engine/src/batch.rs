@@ -98,9 +98,7 @@ impl<'m> Batch<'m> {
         max_tokens: usize,
     ) -> Result<Vec<RequestId>> {
         params.validate()?;
-        if prompt.is_empty() {
-            return Err(EngineError::Sequence("a request needs a prompt".into()));
-        }
+        self.model.check_prompt(prompt)?;
         if n == 0 || n > self.model.sequences() as usize {
             return Err(EngineError::Sequence(format!(
                 "a group of {n} needs {n} sequence slots at once; the model has {}",
@@ -213,13 +211,6 @@ impl<'m> Batch<'m> {
             let free = self.free_slots();
             if free.len() < group {
                 return Ok(());
-            }
-            let context = self.model.context as usize;
-            if front.prompt.len() + 1 > context {
-                return Err(EngineError::ContextFull {
-                    needed: front.prompt.len() + 1,
-                    capacity: context,
-                });
             }
             for slot in free.into_iter().take(group) {
                 let req = self.queue.pop_front().expect("counted above");

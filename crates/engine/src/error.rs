@@ -57,6 +57,12 @@ pub enum EngineError {
         needed: String,
         allowed: String,
     },
+    #[error(
+        "the prompt is {prompt} tokens, but the context holds {context}: shorten the prompt or give a longer context"
+    )]
+    PromptTooLong { prompt: usize, context: usize },
+    #[error("the prompt is empty: there is nothing to continue")]
+    EmptyPrompt,
     #[error("context is full: {needed} positions needed, the context holds {capacity}")]
     ContextFull { needed: usize, capacity: usize },
     #[error("the sequence state does not fit this model: {0}")]

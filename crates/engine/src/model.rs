@@ -704,6 +704,21 @@ impl Model {
         &tokens[self.seqs[0].len()..]
     }
 
+    /// A prompt to generate after: not empty, and no longer than the context (a prompt that
+    /// fills it still gives one token, which needs no position of its own).
+    pub fn check_prompt(&self, prompt: &[u32]) -> Result<()> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > self.context as usize {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                context: self.context as usize,
+            });
+        }
+        Ok(())
+    }
+
     fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
         self.check_sequence_tokens(0, tokens)
     }
@@ -1006,6 +1021,7 @@ impl Model {
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Generation> {
         sp.validate()?;
+        self.check_prompt(prompt)?;
         let mut rng = Rng::new(sp.seed);
         let pending = self.reuse_prefix(prompt).to_vec();
         let reused = prompt.len() - pending.len();

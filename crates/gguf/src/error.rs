@@ -16,6 +16,10 @@ pub enum GgufError {
         source: std::io::Error,
     },
 
+    /// A folder, a FIFO, a device: only a regular file is mapped (a FIFO would block).
+    #[error("{path} is {kind}, not a model file")]
+    NotAFile { path: String, kind: &'static str },
+
     #[error(
         "truncated: {needed} bytes needed at offset {offset}, but the source is {len} bytes long"
     )]

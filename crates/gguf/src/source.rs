@@ -92,12 +92,43 @@ impl MmapSource {
             path: path.display().to_string(),
             source,
         };
+        // Checked before opening: opening a FIFO for reading blocks until a writer appears.
+        let kind = std::fs::metadata(path).map_err(io)?.file_type();
+        if !kind.is_file() {
+            return Err(GgufError::NotAFile {
+                path: path.display().to_string(),
+                kind: file_kind(kind),
+            });
+        }
         let file = std::fs::File::open(path).map_err(io)?;
         // SAFETY: the map is read-only and never handed out mutably. Another process
         // truncating or rewriting the file while it is mapped is outside what this type can
         // guard against (as with every mmap-based loader); model files are treated as immutable.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Ok(Self { map })
+    }
+}
+
+/// What a path that is not a regular file is, in words.
+#[cfg(not(target_arch = "wasm32"))]
+fn file_kind(kind: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_block_device() || kind.is_char_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
     }
 }
 

@@ -22,6 +22,13 @@ impl ChatMessage {
     }
 }
 
+/// A render's budget in minijinja's fuel: one per instruction, one per 64 bytes of data made
+/// or processed (so at most about 1 GiB made in all, and a few seconds). Real templates
+/// rendering a 1 MiB agent conversation use at most a fifth of it (Qwen3.5: under 1 %;
+/// tests/template_budget.rs); nested `range(100000)` loops or a string doubled forty times
+/// run out of it instead of out of time or memory. The output itself stops at [`crate::MAX_TEXT_BYTES`].
+pub const TEMPLATE_FUEL: u64 = 16_000_000;
+
 pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
@@ -43,6 +50,8 @@ impl ChatTemplate {
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
+        // Templates come from model files: a budget bounds a render's time and memory.
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
         Ok(Self {
@@ -61,6 +70,18 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: Value,
     ) -> Result<String> {
+        self.render_counting_fuel(messages, add_generation_prompt, extra)
+            .map(|(text, _)| text)
+    }
+
+    /// [`ChatTemplate::render`], also returning the fuel the render used out of
+    /// [`TEMPLATE_FUEL`].
+    pub fn render_counting_fuel<M: Serialize>(
+        &self,
+        messages: &[M],
+        add_generation_prompt: bool,
+        extra: Value,
+    ) -> Result<(String, u64)> {
         let tmpl = self
             .env
             .get_template("chat")
@@ -72,8 +93,48 @@ impl ChatTemplate {
             eos_token => &self.eos,
             ..extra
         };
-        tmpl.render(ctx)
-            .map_err(|e| TokenizerError::Template(format!("{e:#}")))
+        let mut out = CappedOutput {
+            text: Vec::new(),
+            limit: crate::MAX_TEXT_BYTES,
+            over: false,
+        };
+        let rendered = tmpl.render_captured_to(ctx, &mut out);
+        if out.over {
+            return Err(TokenizerError::RenderedTooLong { limit: out.limit });
+        }
+        let captured = rendered.map_err(|e| match e.kind() {
+            ErrorKind::OutOfFuel => TokenizerError::TemplateBudget {
+                fuel: TEMPLATE_FUEL,
+            },
+            _ => TokenizerError::Template(format!("{e:#}")),
+        })?;
+        let fuel = captured.state().fuel_levels().map_or(0, |(used, _)| used);
+        let text = String::from_utf8(out.text)
+            .map_err(|e| TokenizerError::Template(format!("rendered invalid UTF-8: {e}")))?;
+        Ok((text, fuel))
+    }
+}
+
+/// Collects a render's output, refusing it past `limit` bytes: longer text could not be
+/// tokenized anyway, and this stops a template that writes without end early.
+struct CappedOutput {
+    text: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for CappedOutput {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.text.len() + bytes.len() > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other("the rendered prompt is too long"));
+        }
+        self.text.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

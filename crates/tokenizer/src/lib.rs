@@ -5,7 +5,7 @@
 mod chat;
 mod gguf_vocab;
 
-pub use chat::{ChatMessage, ChatTemplate};
+pub use chat::{ChatMessage, ChatTemplate, TEMPLATE_FUEL};
 /// Extra template variables (tools, enable_thinking, …).
 pub use minijinja::Value as TemplateValue;
 
@@ -27,6 +27,19 @@ pub enum TokenizerError {
     Tokenizers(String),
     #[error("chat template: {0}")]
     Template(String),
+    #[error(
+        "chat template: rendering needed more than its budget ({fuel} steps, about {} MiB of text); a template that loops without end or builds huge strings is refused",
+        fuel * 64 / (1 << 20)
+    )]
+    TemplateBudget { fuel: u64 },
+    #[error(
+        "the text is {bytes} bytes, over the {limit}-byte limit for tokenizing (a prompt that long fits no model's context)"
+    )]
+    TextTooLong { bytes: usize, limit: usize },
+    #[error(
+        "chat template: the rendered prompt passed {limit} bytes, the longest text the tokenizer takes"
+    )]
+    RenderedTooLong { limit: usize },
     #[error(transparent)]
     Gguf(#[from] lilypad_gguf::GgufError),
 }
@@ -36,6 +49,11 @@ impl From<tokenizers::Error> for TokenizerError {
         TokenizerError::Tokenizers(e.to_string())
     }
 }
+
+/// The longest text [`TextTokenizer::encode`] takes: 4 MiB, about a million tokens of code,
+/// four times what the longest supported context (262,144 tokens) holds. Tokenizing peaks at
+/// about 155 bytes per input byte (8 MiB of code-like text: 1.3 GB), so near 650 MB here.
+pub const MAX_TEXT_BYTES: usize = 4 << 20;
 
 /// A tokenizer with the model's special-token conventions.
 pub struct TextTokenizer {
@@ -98,6 +116,13 @@ impl TextTokenizer {
     /// Token ids for `text`. `parse_special`: special-token text such as `<|im_start|>`
     /// becomes that token (as llama.cpp does for prompts). BOS follows `add_bos`.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        // Checked first: tokenizing holds about 155 bytes per input byte at its peak.
+        if text.len() > MAX_TEXT_BYTES {
+            return Err(TokenizerError::TextTooLong {
+                bytes: text.len(),
+                limit: MAX_TEXT_BYTES,
+            });
+        }
         let tok = if parse_special {
             &self.inner
         } else {

@@ -65,8 +65,10 @@ impl From<EngineError> for WebError {
             EngineError::MissingTensor(_)
             | EngineError::TensorShape { .. }
             | EngineError::Config(_) => "corrupt-model",
-            EngineError::ContextFull { .. } => "context-full",
-            EngineError::Sampling(_) | EngineError::BadToken { .. } => "bad-request",
+            EngineError::ContextFull { .. } | EngineError::PromptTooLong { .. } => "context-full",
+            EngineError::Sampling(_) | EngineError::BadToken { .. } | EngineError::EmptyPrompt => {
+                "bad-request"
+            }
             EngineError::Gguf(GgufError::Adapter(_)) => "bad-request",
             EngineError::Gguf(g) if read_failed(g) => "read-failed",
             EngineError::Gguf(_) => "corrupt-model",
