@@ -70,6 +70,11 @@ pub enum GgufError {
     #[error("LoRA adapter: {0}")]
     Adapter(String),
 
+    #[error(
+        "the metadata needs more than {limit} bytes of memory (at offset {offset}); real models need a few tens of MiB"
+    )]
+    MetadataTooLarge { limit: u64, offset: u64 },
+
     #[error("arrays nested deeper than {limit} levels")]
     NestingTooDeep { limit: usize },
 

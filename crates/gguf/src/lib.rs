@@ -25,11 +25,11 @@ pub use error::{GgufError, Result};
 pub use quant::{can_convert, dequantize, quantize};
 pub use reader::{
     DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufFile, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS,
-    MAX_ELEMENTS, MAX_STRING_LEN, TensorInfo,
+    MAX_ELEMENTS, MAX_METADATA_BYTES, MAX_STRING_LEN, TensorInfo,
 };
 pub use source::ByteSource;
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::MmapSource;
 pub use types::GgmlType;
-pub use value::{Metadata, Value};
+pub use value::{Metadata, Packed, Value};
 pub use writer::GgufWriter;

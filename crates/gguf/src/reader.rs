@@ -2,7 +2,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use crate::error::ResultExt;
-use crate::{ByteSource, GgmlType, GgufError, Metadata, Result, Value};
+use crate::{ByteSource, GgmlType, GgufError, Metadata, Packed, Result, Value};
 
 /// File magic, the first four bytes of every GGUF file.
 pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -10,9 +10,11 @@ pub const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// Longest accepted string (keys, names, values). Real chat templates are ~100 KiB.
 pub const MAX_STRING_LEN: u64 = 64 << 20;
-/// Most elements in one metadata array. Vocabularies hold a few hundred thousand entries;
-/// the cap bounds memory because a one-byte element becomes a whole [`Value`].
+/// Most elements in one metadata array. Vocabularies hold a few hundred thousand entries.
 pub const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Most memory the metadata may take once read, all keys, strings and arrays together.
+/// The largest real vocabularies (262k tokens and their merges) take about 20 MiB.
+pub const MAX_METADATA_BYTES: u64 = 256 << 20;
 /// Deepest nesting of metadata arrays (an array of arrays is depth 2).
 pub const MAX_ARRAY_DEPTH: usize = 4;
 /// ggml tensors have at most four dimensions (`GGML_MAX_DIMS`).
@@ -321,6 +323,8 @@ struct Cursor<'a> {
     pos: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    /// Memory the metadata read so far takes, against [`MAX_METADATA_BYTES`].
+    metadata_bytes: u64,
 }
 
 const CHUNK: u64 = 256 << 10;
@@ -336,6 +340,7 @@ impl<'a> Cursor<'a> {
             pos: 0,
             buf: Vec::new(),
             buf_start: 0,
+            metadata_bytes: 0,
         }
     }
 
@@ -410,6 +415,18 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
+    /// Counts `bytes` of memory against the metadata budget, before they are allocated.
+    fn charge(&mut self, bytes: u64) -> Result<()> {
+        self.metadata_bytes = self.metadata_bytes.saturating_add(bytes);
+        if self.metadata_bytes > MAX_METADATA_BYTES {
+            return Err(GgufError::MetadataTooLarge {
+                limit: MAX_METADATA_BYTES,
+                offset: self.pos,
+            });
+        }
+        Ok(())
+    }
+
     fn string(&mut self) -> Result<String> {
         let len = self.u64()?;
         let offset = self.pos;
@@ -421,6 +438,7 @@ impl<'a> Cursor<'a> {
             });
         }
         self.ensure(len)?;
+        self.charge(len)?;
         let mut bytes = vec![0u8; len as usize];
         self.read_into(&mut bytes)?;
         String::from_utf8(bytes).map_err(|e| GgufError::InvalidUtf8 {
@@ -501,6 +519,10 @@ impl<'a> Cursor<'a> {
                 remaining: self.remaining(),
             });
         }
+        if let Some(packed) = self.packed(elem_ty, len)? {
+            return Ok(Value::Packed(packed));
+        }
+        self.charge(len * std::mem::size_of::<Value>() as u64)?;
         let mut items = Vec::with_capacity((len as usize).min(PREALLOC_CAP));
         for i in 0..len {
             items.push(
@@ -509,6 +531,50 @@ impl<'a> Cursor<'a> {
             );
         }
         Ok(Value::Array(items))
+    }
+
+    /// A numeric or boolean array of `len` elements of type `ty`, read in one piece (the
+    /// caller checked that the file holds it); `None` for strings and arrays.
+    fn packed(&mut self, ty: u32, len: u64) -> Result<Option<Packed>> {
+        fn le<const N: usize, T>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+            bytes
+                .chunks_exact(N)
+                .map(|c| from(c.try_into().expect("chunks of N")))
+                .collect()
+        }
+        let size = match ty {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            10..=12 => 8,
+            _ => return Ok(None),
+        };
+        let offset = self.pos;
+        self.charge(len * size)?;
+        let mut bytes = vec![0u8; (len * size) as usize];
+        self.read_into(&mut bytes)?;
+        Ok(Some(match ty {
+            0 => Packed::U8(bytes),
+            1 => Packed::I8(le(&bytes, i8::from_le_bytes)),
+            2 => Packed::U16(le(&bytes, u16::from_le_bytes)),
+            3 => Packed::I16(le(&bytes, i16::from_le_bytes)),
+            4 => Packed::U32(le(&bytes, u32::from_le_bytes)),
+            5 => Packed::I32(le(&bytes, i32::from_le_bytes)),
+            6 => Packed::F32(le(&bytes, f32::from_le_bytes)),
+            7 => {
+                if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                    return Err(GgufError::InvalidBool {
+                        offset: offset + i as u64,
+                        value: bytes[i],
+                    })
+                    .context(|| format!("array element {i}"));
+                }
+                Packed::Bool(bytes.iter().map(|&b| b == 1).collect())
+            }
+            10 => Packed::U64(le(&bytes, u64::from_le_bytes)),
+            11 => Packed::I64(le(&bytes, i64::from_le_bytes)),
+            _ => Packed::F64(le(&bytes, f64::from_le_bytes)),
+        }))
     }
 
     /// Reads the rest of a tensor info after its name; errors come back with the name so

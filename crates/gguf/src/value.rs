@@ -19,6 +19,129 @@ pub enum Value {
     Bool(bool),
     String(String),
     Array(Vec<Value>),
+    /// A numeric or boolean array as the reader keeps it (see [`Packed`]).
+    Packed(Packed),
+}
+
+/// A metadata array of numbers or booleans kept in its elements' own type: a file's
+/// 16-million-element u8 array costs 16 MiB in memory, not the 512 MiB of as many
+/// [`Value`]s. The reader returns every numeric or boolean array in this form.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Packed {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$v` bound to the vector inside `$packed` and `$variant` naming the
+/// matching scalar [`Value`] variant.
+macro_rules! with_packed {
+    ($packed:expr, |$v:ident, $variant:ident| $body:expr) => {
+        match $packed {
+            Packed::U8($v) => with_packed!(@ U8, $variant, $body),
+            Packed::I8($v) => with_packed!(@ I8, $variant, $body),
+            Packed::U16($v) => with_packed!(@ U16, $variant, $body),
+            Packed::I16($v) => with_packed!(@ I16, $variant, $body),
+            Packed::U32($v) => with_packed!(@ U32, $variant, $body),
+            Packed::I32($v) => with_packed!(@ I32, $variant, $body),
+            Packed::U64($v) => with_packed!(@ U64, $variant, $body),
+            Packed::I64($v) => with_packed!(@ I64, $variant, $body),
+            Packed::F32($v) => with_packed!(@ F32, $variant, $body),
+            Packed::F64($v) => with_packed!(@ F64, $variant, $body),
+            Packed::Bool($v) => with_packed!(@ Bool, $variant, $body),
+        }
+    };
+    (@ $name:ident, $variant:ident, $body:expr) => {{
+        #[allow(unused_imports)]
+        use Value::$name as $variant;
+        $body
+    }};
+}
+
+impl Packed {
+    pub fn len(&self) -> usize {
+        with_packed!(self, |v, _V| v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` as a scalar [`Value`].
+    pub fn get(&self, i: usize) -> Option<Value> {
+        with_packed!(self, |v, V| v.get(i).map(|&x| V(x)))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Value> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// The GGUF type id of the elements.
+    pub fn element_type_id(&self) -> u32 {
+        with_packed!(self, |v, V| v
+            .first()
+            .map_or_else(|| V(Default::default()).type_id(), |&x| V(x).type_id()))
+    }
+
+    /// Bytes the elements take in memory (and in a file).
+    pub fn bytes(&self) -> usize {
+        with_packed!(self, |v, _V| std::mem::size_of_val(v.as_slice()))
+    }
+
+    /// The array's elements little-endian, as a GGUF file stores them.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            Packed::U8(v) => v.clone(),
+            Packed::Bool(v) => v.iter().map(|&b| u8::from(b)).collect(),
+            Packed::I8(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::U16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::I16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::U64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Packed::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    /// `items` packed, when they are one numeric or boolean type.
+    fn from_values(items: &[Value]) -> Option<Packed> {
+        macro_rules! all {
+            ($variant:ident) => {
+                items
+                    .iter()
+                    .map(|v| match v {
+                        Value::$variant(x) => Some(*x),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()
+                    .map(Packed::$variant)
+            };
+        }
+        match items.first()? {
+            Value::U8(_) => all!(U8),
+            Value::I8(_) => all!(I8),
+            Value::U16(_) => all!(U16),
+            Value::I16(_) => all!(I16),
+            Value::U32(_) => all!(U32),
+            Value::I32(_) => all!(I32),
+            Value::U64(_) => all!(U64),
+            Value::I64(_) => all!(I64),
+            Value::F32(_) => all!(F32),
+            Value::F64(_) => all!(F64),
+            Value::Bool(_) => all!(Bool),
+            _ => None,
+        }
+    }
 }
 
 impl Value {
@@ -37,7 +160,7 @@ impl Value {
             Value::F64(_) => "f64",
             Value::Bool(_) => "bool",
             Value::String(_) => "string",
-            Value::Array(_) => "array",
+            Value::Array(_) | Value::Packed(_) => "array",
         }
     }
 
@@ -53,7 +176,7 @@ impl Value {
             Value::F32(_) => 6,
             Value::Bool(_) => 7,
             Value::String(_) => 8,
-            Value::Array(_) => 9,
+            Value::Array(_) | Value::Packed(_) => 9,
             Value::U64(_) => 10,
             Value::I64(_) => 11,
             Value::F64(_) => 12,
@@ -115,10 +238,43 @@ impl Value {
         }
     }
 
+    /// The elements of an [`Value::Array`] (strings, arrays); see [`Value::elements`] for
+    /// arrays of any kind.
     pub fn as_array(&self) -> Option<&[Value]> {
         match self {
             Value::Array(a) => Some(a),
             _ => None,
+        }
+    }
+
+    /// The elements of either kind of array, one [`Value`] each.
+    pub fn elements(&self) -> Option<Box<dyn Iterator<Item = Value> + '_>> {
+        match self {
+            Value::Array(a) => Some(Box::new(a.iter().cloned())),
+            Value::Packed(p) => Some(Box::new(p.iter())),
+            _ => None,
+        }
+    }
+
+    /// Elements in either kind of array.
+    pub fn array_len(&self) -> Option<usize> {
+        match self {
+            Value::Array(a) => Some(a.len()),
+            Value::Packed(p) => Some(p.len()),
+            _ => None,
+        }
+    }
+
+    /// The value as the reader returns it: numeric and boolean arrays, nested ones too,
+    /// packed; an empty array as u8, the type the writer gives it.
+    pub fn packed(self) -> Value {
+        match self {
+            Value::Array(items) if items.is_empty() => Value::Packed(Packed::U8(Vec::new())),
+            Value::Array(items) => match Packed::from_values(&items) {
+                Some(p) => Value::Packed(p),
+                None => Value::Array(items.into_iter().map(Value::packed).collect()),
+            },
+            v => v,
         }
     }
 
@@ -138,7 +294,7 @@ impl Value {
             Some(Value::F64(_)) => "array of f64",
             Some(Value::Bool(_)) => "array of bool",
             Some(Value::String(_)) => "array of string",
-            Some(Value::Array(_)) => "array of array",
+            Some(Value::Array(_) | Value::Packed(_)) => "array of array",
         }
     }
 }
@@ -194,6 +350,9 @@ impl Metadata {
     fn wrong_type(key: &str, expected: &'static str, got: &Value) -> GgufError {
         let got = match got {
             Value::Array(a) => Value::array_type_name(a),
+            Value::Packed(p) => p.get(0).map_or("empty array", |first| {
+                Value::array_type_name(std::slice::from_ref(&first))
+            }),
             v => v.type_name(),
         };
         GgufError::WrongType {
@@ -250,15 +409,25 @@ impl Metadata {
         v.as_str().ok_or_else(|| Self::wrong_type(key, "string", v))
     }
 
-    fn array(&self, key: &str, expected: &'static str) -> Result<&[Value]> {
+    fn elements(
+        &self,
+        key: &str,
+        expected: &'static str,
+    ) -> Result<Box<dyn Iterator<Item = Value> + '_>> {
         let v = self.require(key)?;
-        v.as_array()
+        v.elements()
             .ok_or_else(|| Self::wrong_type(key, expected, v))
     }
 
     pub fn string_array(&self, key: &str) -> Result<Vec<&str>> {
         const EXPECTED: &str = "array of string";
-        let a = self.array(key, EXPECTED)?;
+        let v = self.require(key)?;
+        let a = match v {
+            Value::Array(a) => a.as_slice(),
+            // Writers give an empty array some element type, u8 as often as not.
+            Value::Packed(p) if p.is_empty() => &[],
+            _ => return Err(Self::wrong_type(key, EXPECTED, v)),
+        };
         a.iter()
             .map(|e| {
                 e.as_str()
@@ -270,12 +439,14 @@ impl Metadata {
     /// Elements of any numeric type, converted to `f32`.
     pub fn f32_array(&self, key: &str) -> Result<Vec<f32>> {
         const EXPECTED: &str = "array of f32";
-        let a = self.array(key, EXPECTED)?;
-        a.iter()
+        if let Some(Value::Packed(Packed::F32(v))) = self.get(key) {
+            return Ok(v.clone());
+        }
+        self.elements(key, EXPECTED)?
             .map(|e| {
                 e.as_f64()
                     .map(|x| x as f32)
-                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, &Value::Array(vec![e.clone()])))
+                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, &Value::Array(vec![e])))
             })
             .collect()
     }
@@ -283,8 +454,10 @@ impl Metadata {
     /// Elements of any integer type, as long as each fits in an `i32`.
     pub fn i32_array(&self, key: &str) -> Result<Vec<i32>> {
         const EXPECTED: &str = "array of i32";
-        let a = self.array(key, EXPECTED)?;
-        a.iter()
+        if let Some(Value::Packed(Packed::I32(v))) = self.get(key) {
+            return Ok(v.clone());
+        }
+        self.elements(key, EXPECTED)?
             .enumerate()
             .map(|(i, e)| {
                 let n = e
@@ -305,11 +478,10 @@ impl Metadata {
 
     pub fn bool_array(&self, key: &str) -> Result<Vec<bool>> {
         const EXPECTED: &str = "array of bool";
-        let a = self.array(key, EXPECTED)?;
-        a.iter()
+        self.elements(key, EXPECTED)?
             .map(|e| {
                 e.as_bool()
-                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, &Value::Array(vec![e.clone()])))
+                    .ok_or_else(|| Self::wrong_type(key, EXPECTED, &Value::Array(vec![e])))
             })
             .collect()
     }

@@ -226,6 +226,11 @@ fn write_payload(out: &mut Vec<u8>, v: &Value) {
         Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
         Value::Bool(x) => out.push(u8::from(*x)),
         Value::String(s) => write_str(out, s),
+        Value::Packed(p) => {
+            out.extend_from_slice(&p.element_type_id().to_le_bytes());
+            out.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            out.extend_from_slice(&p.to_le_bytes());
+        }
         Value::Array(items) => {
             // An empty array still needs an element type; u8 is as good as any.
             let elem_ty = items.first().map_or(0, Value::type_id);

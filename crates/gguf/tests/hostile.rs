@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use lilypad_gguf::{
-    GgmlType, GgufError, GgufWriter, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_STRING_LEN,
-    Value,
+    GgmlType, GgufError, GgufWriter, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_METADATA_BYTES,
+    MAX_STRING_LEN, Packed, Value,
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -172,6 +172,41 @@ fn absurd_array_lengths() {
     ));
 }
 
+#[test]
+fn large_numeric_arrays_take_their_own_size() {
+    // Four arrays of 2^24 u8: 2.2 GB in memory when each element was a whole Value.
+    let n = MAX_ARRAY_LEN as usize;
+    let mut w = GgufWriter::new();
+    for key in ["a", "b", "c", "d"] {
+        w.metadata(key, Value::Packed(Packed::U8(vec![3; n])));
+    }
+    let f = read_both(&w.to_bytes()).unwrap();
+    let bytes: usize = ["a", "b", "c", "d"]
+        .iter()
+        .map(|k| match f.metadata.get(k) {
+            Some(Value::Packed(p)) => p.bytes(),
+            other => panic!("{k}: {other:?}"),
+        })
+        .sum();
+    assert_eq!(bytes, 4 * n);
+}
+
+#[test]
+fn metadata_over_the_memory_budget_is_refused() {
+    // Nine million empty strings: 72 MB of file, but 288 MB once each is a Value.
+    let mut w = GgufWriter::new();
+    w.metadata(
+        "tokenizer.ggml.tokens",
+        Value::Array(vec![Value::String(String::new()); 9_000_000]),
+    );
+    let e = expect_err(&w.to_bytes());
+    assert!(
+        matches!(e.root(), GgufError::MetadataTooLarge { limit, .. } if *limit == MAX_METADATA_BYTES),
+        "{e}"
+    );
+    assert!(e.to_string().contains("tokenizer.ggml.tokens"), "{e}");
+}
+
 fn nested(depth: usize) -> Value {
     (0..depth).fold(Value::U8(7), |v, _| Value::Array(vec![v]))
 }
@@ -181,7 +216,10 @@ fn nesting_limit() {
     let mut w = GgufWriter::new();
     w.metadata("deep", nested(MAX_ARRAY_DEPTH));
     let f = read_both(&w.to_bytes()).unwrap();
-    assert_eq!(f.metadata.get("deep"), Some(&nested(MAX_ARRAY_DEPTH)));
+    assert_eq!(
+        f.metadata.get("deep"),
+        Some(&nested(MAX_ARRAY_DEPTH).packed())
+    );
 
     let mut w = GgufWriter::new();
     w.metadata("deep", nested(MAX_ARRAY_DEPTH + 1));
