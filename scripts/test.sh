@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: static checks (scripts/check.sh), kernels against CPU references, the
-# GGUF reader's hostile inputs, the tokenizer against llama.cpp's test vectors, the downloader against a local server,
+# hostile inputs (under a memory limit), the tokenizer against llama.cpp's test vectors, the downloader against a local server,
 # SmolLM2 against llama.cpp's fixture, train-native on two real Python projects, and the engine
 # in headless Chromium (test-web.sh).
 set -euo pipefail
@@ -23,6 +23,15 @@ export LILYPAD_TEST_TRAIN_DIR="$LILYPAD_CACHE/train"
 cargo run -q -p lilypad-train -- --dir "$LILYPAD_TEST_TRAIN_DIR" envs build --only inflection,xmltodict
 cargo run -q -p lilypad-train -- --dir "$LILYPAD_TEST_TRAIN_DIR" synth --only inflection,xmltodict \
   --per-project 3 --max-tries 10 --out "$LILYPAD_TEST_TRAIN_DIR/tasks-ci"
+# The hostile-input corpus (broken GGUFs, templates, prompts, texts, files given as models)
+# first, under a 3 GiB data limit per process: a blow-up fails the test instead of taking
+# the machine. Built without the limit, which would also bind the compiler.
+HOSTILE=(-p lilypad-gguf --test hostile -p lilypad-tokenizer --test template_budget
+  -p lilypad-cli --test limits -p lilypad-tests --test bad_input)
+cargo test -q "${HOSTILE[@]}" --no-run
+prlimit --data=$((3 << 30)) -- cargo test -q "${HOSTILE[@]}"
+# Every parser of untrusted input fuzzed for 15 s each (cargo fuzz, libFuzzer + ASan).
+scripts/fuzz.sh 15
 # --all-targets: no doc-test pass (there are none), so the log closes on real tests.
 cargo test --workspace --all-targets "$@"
 # Real-model agent runs on SwiftShader take about 10 minutes each: the default suite skips

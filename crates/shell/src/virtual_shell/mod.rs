@@ -13,7 +13,8 @@ mod escape;
 mod expand;
 mod glob;
 mod interp;
-mod syntax;
+/// The shell language's parser, public so that it can be fuzzed on its own.
+pub mod syntax;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
