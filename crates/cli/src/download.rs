@@ -1,17 +1,20 @@
 //! Resolving `--model`: a local GGUF path, or an http(s) URL fetched once into a cache.
 //!
 //! Model files are gigabytes, so a download streams to disk, survives interruptions
-//! (the next run resumes from the `.part` file with a Range request), and is verified
-//! (size, and sha256 when the caller or the server knows it) before it is renamed into
-//! place. A finished file is reused without touching the network.
+//! (the next run resumes from the `.part` file with a Range request; bytes go to the file as
+//! they arrive, so a killed process loses almost nothing), and is verified (the GGUF magic as
+//! soon as it arrives, the size, the GGUF header's own tensor table, and sha256 when the caller
+//! or the server knows it) before it is renamed into place. A finished file is reused without
+//! touching the network.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use lilypad_gguf::{GGUF_MAGIC, GgufFile, MmapSource};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -166,6 +169,23 @@ fn cached(dest: &Path, expected: Option<&str>, quiet: bool) -> Result<bool> {
     if !dest.is_file() {
         return Ok(false);
     }
+    // An error page cached as a model by an earlier version is fetched again.
+    let mut head = Vec::new();
+    File::open(dest)
+        .and_then(|f| f.take(64).read_to_end(&mut head))
+        .with_context(|| format!("reading {}", dest.display()))?;
+    if !head.starts_with(&GGUF_MAGIC) {
+        if !quiet {
+            eprintln!(
+                "cached {} is {}, not a GGUF file: downloading it again",
+                dest.display(),
+                describe_start(&head)
+            );
+        }
+        fs::remove_file(dest).with_context(|| format!("removing {}", dest.display()))?;
+        let _ = fs::remove_file(with_suffix(dest, ".meta"));
+        return Ok(false);
+    }
     let Some(expected) = expected else {
         return Ok(true);
     };
@@ -263,6 +283,16 @@ fn download(
         Ok(meta) => {
             part.sync_all()
                 .with_context(|| format!("syncing {}", part_path.display()))?;
+            // The header's tensor table says how long the file must be: a file cut short by a
+            // server that announced no size, or a broken one, is not called complete.
+            let checked =
+                MmapSource::open(&part_path).and_then(|map| GgufFile::read(&map).map(drop));
+            if let Err(e) = checked {
+                drop(part);
+                let _ = fs::remove_file(&part_path);
+                let _ = fs::remove_file(&meta_path);
+                bail!("{url} is not a usable GGUF file ({e}); the download was deleted");
+            }
             // Renamed while still locked, so no other process can start appending to it.
             fs::rename(&part_path, dest)
                 .with_context(|| format!("moving download into {}", dest.display()))?;
@@ -272,7 +302,9 @@ fn download(
             Ok(())
         }
         Err(e) => {
-            if part.metadata().map(|m| m.len() == 0).unwrap_or(false) {
+            if e.downcast_ref::<NotGguf>().is_some()
+                || part.metadata().map(|m| m.len() == 0).unwrap_or(false)
+            {
                 drop(part);
                 let _ = fs::remove_file(&part_path);
                 let _ = fs::remove_file(&meta_path);
@@ -453,6 +485,8 @@ fn fetch(
     let mut written = existing_part_len(part_path, meta_path, url).min(part.metadata()?.len());
     let mut started_from = read_meta(meta_path).filter(|_| written > 0);
     let mut hasher = Sha256::new();
+    // The file's first bytes, until the magic can be checked.
+    let mut head: Vec<u8> = Vec::new();
     if written > 0 {
         part.seek(SeekFrom::Start(0))?;
         let (h, n) = hash_reader(Read::take(&mut *part, written))?;
@@ -460,6 +494,11 @@ fn fetch(
             bail!("{} changed while being read", part_path.display());
         }
         hasher = h;
+        part.seek(SeekFrom::Start(0))?;
+        Read::take(&mut *part, 64).read_to_end(&mut head)?;
+        if head.len() >= GGUF_MAGIC.len() && !head.starts_with(&GGUF_MAGIC) {
+            return Err(NotGguf(describe_start(&head)).into());
+        }
     }
     let name = part_path
         .file_name()
@@ -567,7 +606,6 @@ fn fetch(
         pb.set_position(written);
         pb.reset_eta();
         part.seek(SeekFrom::Start(written))?;
-        let mut out = BufWriter::with_capacity(1 << 20, &mut *part);
         let mut reader = answer.resp.body_mut().as_reader();
         let mut received = 0u64;
         let outcome: io::Result<()> = loop {
@@ -580,19 +618,25 @@ fn fetch(
             if body_len.is_some_and(|len| received + n as u64 > len) {
                 break Err(io::Error::other("server sent more bytes than announced"));
             }
-            if let Err(e) = out.write_all(&buf[..n]) {
+            if head.len() < 64 && written + received == head.len() as u64 {
+                head.extend_from_slice(&buf[..n.min(64 - head.len())]);
+                if head.len() >= GGUF_MAGIC.len() && !head.starts_with(&GGUF_MAGIC) {
+                    pb.abandon();
+                    return Err(NotGguf(describe_start(&head)).into());
+                }
+            }
+            // Unbuffered: what arrived is in the file at once, so a kill loses at most
+            // one read.
+            if let Err(e) = part.write_all(&buf[..n]) {
                 break Err(e);
             }
             hasher.update(&buf[..n]);
             received += n as u64;
             pb.inc(n as u64);
         };
-        // Keep what arrived, so that the next run resumes from it.
-        let flushed = out.flush();
-        drop(out);
         written = part.stream_position()?;
         let total_text = total.map_or("?".to_string(), |t| t.to_string());
-        if let Err(e) = outcome.and(flushed) {
+        if let Err(e) = outcome {
             pb.abandon();
             return Err(anyhow::Error::new(e).context(format!(
                 "transfer interrupted after {written} of {total_text} bytes; run again to resume"
@@ -634,6 +678,32 @@ fn fetch(
     })
 }
 
+/// The server sent something other than a GGUF file (an HTML login or error page, most often).
+#[derive(Debug)]
+struct NotGguf(String);
+
+impl std::fmt::Display for NotGguf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server sent {}, not a GGUF file", self.0)
+    }
+}
+
+impl std::error::Error for NotGguf {}
+
+/// What a file's first bytes look like, for messages.
+fn describe_start(head: &[u8]) -> String {
+    let text = String::from_utf8_lossy(head);
+    let start: String = text.trim_start().chars().take(24).collect();
+    if start.starts_with('<') {
+        format!("an HTML page (starting `{}`)", start.escape_debug())
+    } else {
+        format!(
+            "a file starting with `{}`",
+            head[..head.len().min(16)].escape_ascii()
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,6 +727,8 @@ mod tests {
         etag: Option<String>,
         /// Send this many body bytes, then go silent without closing.
         stall_after: Option<usize>,
+        /// Send the body in pieces of this many bytes, pausing between them.
+        throttle: Option<(usize, Duration)>,
     }
 
     struct Server {
@@ -674,17 +746,27 @@ mod tests {
         }
     }
 
+    /// A GGUF of about `len` bytes whose one tensor holds incompressible, reproducible bytes.
     fn test_data(len: usize) -> Vec<u8> {
-        // xorshift: incompressible and reproducible.
+        // xorshift
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        (0..len)
+        let floats = len / 4 - 64;
+        let bytes: Vec<u8> = (0..floats * 4)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 (x >> 24) as u8
             })
-            .collect()
+            .collect();
+        let mut w = lilypad_gguf::GgufWriter::new();
+        w.metadata(
+            "general.architecture",
+            lilypad_gguf::Value::String("test".into()),
+        );
+        w.tensor("blob", &[floats as u64], lilypad_gguf::GgmlType::F32, bytes)
+            .unwrap();
+        w.to_bytes()
     }
 
     /// A hand-written HTTP/1.1 server: `/model.gguf` is the file, `/redirect` sends a
@@ -746,6 +828,13 @@ mod tests {
         };
         match path.as_str() {
             "/model.gguf" => {}
+            "/login" => {
+                let page = b"<!DOCTYPE html>\n<html><body>Please sign in</body></html>\n";
+                let extra = "Content-Type: text/html\r\n";
+                stream.write_all(head("200 OK", extra, page.len()).as_bytes())?;
+                stream.write_all(page)?;
+                return Ok(());
+            }
             "/redirect" => {
                 let extra = format!("Location: /model.gguf\r\nX-Linked-Etag: \"{sha}\"\r\n");
                 stream.write_all(head("302 Found", &extra, 0).as_bytes())?;
@@ -785,6 +874,14 @@ mod tests {
             stream.flush()?;
             std::thread::sleep(Duration::from_secs(30));
             return Ok(());
+        }
+        if let Some((piece, pause)) = behavior.throttle {
+            for chunk in body.chunks(piece) {
+                stream.write_all(chunk)?;
+                stream.flush()?;
+                std::thread::sleep(pause);
+            }
+            return stream.shutdown(Shutdown::Write);
         }
         match behavior.cut_after {
             Some(cut) if n < behavior.cut_times => {
@@ -996,10 +1093,8 @@ mod tests {
         let t = std::time::Instant::now();
         let err = resolve(&url, &cache.0, None, true, Duration::from_millis(300)).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-        assert!(
-            format!("{err:#}").contains("after 10000 of 300000 bytes"),
-            "{err:#}"
-        );
+        let expected = format!("after 10000 of {} bytes", server.data.len());
+        assert!(format!("{err:#}").contains(&expected), "{err:#}");
     }
 
     #[test]
@@ -1035,5 +1130,134 @@ mod tests {
         );
         assert!(parse_sha256(&"a".repeat(40)).is_none());
         assert!(hf_token("https://cdn.example/x").is_none());
+    }
+
+    #[test]
+    fn an_html_page_is_refused_and_not_cached() {
+        let server = serve(Behavior::default());
+        let cache = TempDir::new("html");
+        let err = resolve_model(&server.url("/login"), &cache.0, None, true).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("an HTML page (starting `<!DOCTYPE html>"),
+            "{msg}"
+        );
+        assert!(msg.contains("not a GGUF file"), "{msg}");
+        assert_eq!(cache.files(), Vec::<String>::new(), "nothing is kept");
+    }
+
+    #[test]
+    fn a_cached_error_page_is_downloaded_again() {
+        let server = serve(Behavior::default());
+        let cache = TempDir::new("cached-html");
+        let url = server.url("/model.gguf");
+        // What an earlier version could leave: a page cached as a finished model.
+        let dest = cache.0.join(cache_file_name(&url));
+        fs::create_dir_all(&cache.0).unwrap();
+        fs::write(&dest, "<html>sign in</html>").unwrap();
+        let path = resolve_model(&url, &cache.0, None, true).unwrap();
+        assert_eq!(path, dest);
+        assert_eq!(fs::read(&path).unwrap(), *server.data);
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[test]
+    fn a_gguf_cut_short_without_a_size_is_not_called_complete() {
+        // The server closes early and never said how long the file is: only the GGUF's own
+        // tensor table shows that bytes are missing.
+        let data = test_data(300_000);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/model.gguf", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                let mut req = [0u8; 4096];
+                let _ = stream.read(&mut req);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+                let _ = stream.write_all(&data[..200_000]);
+            }
+        });
+        let cache = TempDir::new("unsized");
+        let err = resolve_model(&url, &cache.0, None, true).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("is not a usable GGUF file"), "{msg}");
+        assert_eq!(cache.files(), Vec::<String>::new());
+    }
+
+    /// Run by `killed_downloads_resume_to_a_verified_file` in a child process that it kills.
+    #[test]
+    #[ignore = "a child process of killed_downloads_resume_to_a_verified_file"]
+    fn download_in_a_child_process() {
+        let (Ok(url), Ok(dir)) = (
+            std::env::var("LILYPAD_DL_URL"),
+            std::env::var("LILYPAD_DL_DIR"),
+        ) else {
+            panic!("run by killed_downloads_resume_to_a_verified_file");
+        };
+        let sha = std::env::var("LILYPAD_DL_SHA").unwrap();
+        resolve_model(&url, Path::new(&dir), Some(&sha), true).unwrap();
+    }
+
+    #[test]
+    fn killed_downloads_resume_to_a_verified_file() {
+        // 300 kB in 2 KiB pieces 5 ms apart: about 0.75 s per whole download.
+        let server = serve(Behavior {
+            throttle: Some((2048, Duration::from_millis(5))),
+            ..Behavior::default()
+        });
+        let cache = TempDir::new("killed");
+        let url = server.url("/model.gguf");
+        let sha = sha_of(&server.data);
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let (mut kills, mut finished) = (0, false);
+        for _ in 0..60 {
+            let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "download::tests::download_in_a_child_process"])
+                .args(["--ignored", "--quiet"])
+                .env("LILYPAD_DL_URL", &url)
+                .env("LILYPAD_DL_DIR", &cache.0)
+                .env("LILYPAD_DL_SHA", &sha)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            // SIGKILL at a random moment between 30 and 180 ms in.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            std::thread::sleep(Duration::from_millis(30 + x % 150));
+            if child.try_wait().unwrap().is_some() {
+                finished = child.wait().unwrap().success();
+                assert!(finished, "the download failed on its own");
+                break;
+            }
+            child.kill().unwrap();
+            child.wait().unwrap();
+            kills += 1;
+        }
+        assert!(finished, "not finished after {kills} kills");
+        eprintln!("{kills} kills before the download finished");
+        assert!(
+            kills >= 3,
+            "only {kills} kills: the download was too quick to test this"
+        );
+        let file = cache.0.join(cache_file_name(&url));
+        assert_eq!(fs::read(&file).unwrap(), *server.data);
+        assert!(read_meta(&with_suffix(&file, ".meta")).unwrap().complete);
+        // Every run after the first resumed where the last one's file ended, never behind
+        // an earlier resume point.
+        let starts: Vec<u64> = server
+            .requests()
+            .iter()
+            .map(|(_, range)| {
+                range
+                    .as_deref()
+                    .and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect();
+        assert!(starts.windows(2).all(|w| w[0] <= w[1]), "{starts:?}");
+        eprintln!("requests started at {starts:?}");
+        assert!(starts.iter().filter(|&&s| s > 0).count() >= 2, "{starts:?}");
     }
 }
