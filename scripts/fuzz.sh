@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (cargo fuzz, libFuzzer, AddressSanitizer) of every parser that reads
-# untrusted input: GGUF files and the tokenizer built from them, chat templates, model replies'
-# tool calls, the virtual shell's command lines and patches. Each target runs for SECONDS
+# untrusted input: GGUF files and the tokenizer built from them, Hugging Face checkpoints
+# (config.json + safetensors), chat templates, model replies' tool calls, the virtual shell's
+# command lines and patches. Each target runs for SECONDS
 # (default 15) from a corpus kept in the cache, so later runs start where earlier ones ended.
 # A crash fails the run; its input is left in fuzz/artifacts/TARGET/ to become a regression test.
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
@@ -11,7 +12,7 @@ source scripts/env.sh
 SECONDS_EACH="${1:-15}"
 shift || true
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(gguf chat_template tool_call shell_syntax patch)
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(gguf checkpoint chat_template tool_call shell_syntax patch)
 
 # cargo-fuzz from crates.io into the cache; libFuzzer needs the nightly toolchain.
 export PATH="$LILYPAD_CACHE/tools/bin:$PATH"
@@ -34,6 +35,15 @@ seed() {
       cp -n tests/fixtures/qwen/*/model.gguf "$corpus"/ 2>/dev/null || true
       for f in "$LLAMA_MODELS"/ggml-vocab-*.gguf; do
         [[ -f $f && $(stat -c %s "$f") -lt 3000000 ]] && cp -n "$f" "$corpus"/
+      done ;;
+    checkpoint)
+      # The fixtures' config.json and safetensors, as the target reads them.
+      for dir in tests/fixtures/qwen/*/; do
+        python3 -c 'import struct, sys
+config = open(sys.argv[1] + "config.json", "rb").read()
+shard = open(sys.argv[1] + "model.safetensors", "rb").read()
+sys.stdout.buffer.write(struct.pack("<I", len(config)) + config + shard)' "$dir" \
+          >"$corpus/seed-$(basename "$dir")"
       done ;;
     chat_template)
       for f in "$LLAMA_MODELS"/templates/*.jinja; do [[ -f $f ]] && cp -n "$f" "$corpus"/; done ;;
