@@ -43,7 +43,7 @@ fn a_lost_device_is_reported_and_the_model_loads_again() {
     let lost = generate(&mut model, &mut |_| {
         seen += 1;
         if seen == 3 {
-            ctx.device.destroy();
+            ctx.destroy();
         }
         true
     });

@@ -331,6 +331,30 @@ try {
   assert.equal((await errorShown()).hidden, true);
   const chat = await generate('Hello!', { raw: false, maxTokens: 4 });
   assert.ok(chat.text.length > 0, 'the chat answers after a retry');
+  step('a GPU device lost mid-generation, then the model loaded again');
+  await page.goto(`${server.url}/?debug`);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+  assert.equal((await loadModel(preset('smollm2-135m'))).state, 'ready', JSON.stringify(await errorShown()));
+  await page.selectOption('#mode', 'raw');
+  await page.fill('#temperature', '0');
+  await page.fill('#max-tokens', '64');
+  await page.fill('#input', PROMPT);
+  const replies = await page.locator('.message.assistant').count();
+  await page.click('#send');
+  // Lost once the first words are on screen, as a driver reset would strike.
+  await page.waitForFunction((n) => (document.querySelectorAll('.message.assistant')[n]?.textContent ?? '').length > 0, replies, { timeout: LONG });
+  await page.evaluate(() => globalThis.lilypadEngine().destroyDevice());
+  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', replies, { timeout: LONG });
+  const lostShown = await errorShown();
+  console.log(`  ${lostShown.code}: ${lostShown.text}`);
+  assert.equal(lostShown.code, 'device-lost', lostShown.text);
+  assert.equal(await state(), 'error');
+  await page.click('#retry');
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: LONG });
+  assert.equal(await state(), 'ready', JSON.stringify(await errorShown()));
+  const recovered = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
+  assert.deepEqual(recovered.tokens, nativeIds, 'the same greedy answer on the new device');
+
   assert.equal(pageLog.filter((l) => l.startsWith('[pageerror]')).length, 0, pageLog.join('\n'));
   console.log('e2e: all checks passed');
 } catch (e) {

@@ -163,6 +163,17 @@ impl GpuContext {
         }))
     }
 
+    /// Destroys the device, as a driver reset would; every later check reports it lost (the
+    /// device's own lost callback may come later, or, in a browser, after the failure it
+    /// causes).
+    pub fn destroy(&self) {
+        self.lost
+            .lock()
+            .unwrap()
+            .get_or_insert_with(|| "Destroyed: the device was destroyed".into());
+        self.device.destroy();
+    }
+
     /// Errors seen by the device since the last check: a lost device or a validation
     /// error outside an error scope.
     pub fn check(&self) -> Result<()> {

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use js_sys::{Function, Promise};
 use lilypad_chat::ChatSession;
@@ -158,6 +159,7 @@ pub async fn load_engine(
     let header = lora::adapter_header(file);
     Ok(Engine {
         session: Rc::new(RefCell::new(Some(Session { chat, info, header }))),
+        gpu,
     })
 }
 
@@ -173,6 +175,46 @@ struct Session {
 #[wasm_bindgen]
 pub struct Engine {
     session: Rc<RefCell<Option<Session>>>,
+    /// Held apart from the session, which a running request borrows.
+    gpu: Arc<GpuContext>,
+}
+
+/// `error`, or `device-lost` with its reason when the device turns out to be lost: the
+/// device's `lost` promise may settle a turn of the event loop after the failure it caused
+/// (a read-back rejected by a destroyed device).
+async fn lost_or(gpu: &GpuContext, error: WebError) -> WebError {
+    if error.code == "device-lost" {
+        return error;
+    }
+    // Up to five turns, 20 ms apart.
+    for _ in 0..5 {
+        if let Err(lost @ EngineError::DeviceLost(_)) = gpu.check() {
+            return lost.into();
+        }
+        tick().await;
+    }
+    match gpu.check() {
+        Err(lost @ EngineError::DeviceLost(_)) => lost.into(),
+        _ => error,
+    }
+}
+
+/// One turn of the event loop (a 20 ms timer).
+async fn tick() {
+    let tick = Promise::new(&mut |resolve, _| {
+        let set_timeout = js_sys::Reflect::get(&js_sys::global(), &"setTimeout".into())
+            .ok()
+            .and_then(|f| f.dyn_into::<Function>().ok());
+        match set_timeout {
+            Some(f) => {
+                let _ = f.call2(&JsValue::NULL, &resolve, &20.into());
+            }
+            None => {
+                let _ = resolve.call0(&JsValue::NULL);
+            }
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(tick).await;
 }
 
 /// Streams text pieces to a JS callback; the callback returning `false` stops generation.
@@ -198,6 +240,7 @@ impl Engine {
     /// Resolves to a generation result; text pieces go to `on_text` as they are decoded.
     pub fn chat(&self, request: JsValue, on_text: Function) -> Promise {
         let session = self.session.clone();
+        let gpu = self.gpu.clone();
         future_to_promise(async move {
             let req: ChatRequest = from_js(request, "chat request")?;
             let mut guard = session.try_borrow_mut().map_err(|_| busy())?;
@@ -209,11 +252,10 @@ impl Engine {
                 max_tokens: req.params.max_tokens()?,
                 enable_thinking: req.enable_thinking,
             };
-            let completion = s
-                .chat
-                .complete(&request, &mut text_sink(&on_text))
-                .await
-                .map_err(WebError::from)?;
+            let completion = match s.chat.complete(&request, &mut text_sink(&on_text)).await {
+                Ok(c) => c,
+                Err(e) => return Err(lost_or(&gpu, e.into()).await.into()),
+            };
             Ok(to_js(&GenerationResult::new(&completion, None))?)
         })
     }
@@ -222,11 +264,12 @@ impl Engine {
     /// generated token ids.
     pub fn complete(&self, request: JsValue, on_text: Function) -> Promise {
         let session = self.session.clone();
+        let gpu = self.gpu.clone();
         future_to_promise(async move {
             let req: PromptRequest = from_js(request, "completion request")?;
             let mut guard = session.try_borrow_mut().map_err(|_| busy())?;
             let s = guard.as_mut().ok_or_else(unloaded)?;
-            let (completion, tokens) = s
+            let generated = s
                 .chat
                 .complete_prompt(
                     &req.prompt,
@@ -234,8 +277,11 @@ impl Engine {
                     req.params.max_tokens()?,
                     &mut text_sink(&on_text),
                 )
-                .await
-                .map_err(WebError::from)?;
+                .await;
+            let (completion, tokens) = match generated {
+                Ok(g) => g,
+                Err(e) => return Err(lost_or(&gpu, e.into()).await.into()),
+            };
             Ok(to_js(&GenerationResult::new(&completion, Some(tokens)))?)
         })
     }
@@ -273,6 +319,14 @@ impl Engine {
         let mut session = self.session.try_borrow_mut().map_err(|_| busy())?;
         session.as_mut().ok_or_else(unloaded)?.chat.reset();
         Ok(())
+    }
+
+    /// Destroys the engine's GPU device, as a driver reset or the browser reclaiming the GPU
+    /// would: a running generation and every later request fail with code `device-lost`
+    /// until a model is loaded again. Callable while a request runs (for testing recovery).
+    #[wasm_bindgen(js_name = destroyDevice)]
+    pub fn destroy_device(&self) {
+        self.gpu.destroy();
     }
 
     /// Frees the model's GPU buffers; later calls fail with code `unloaded`.

@@ -246,7 +246,7 @@ interface Pending {
 }
 
 /** A worker request before it gets its id. */
-type Request = Exclude<ToWorker, { type: 'abort' }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
+type Request = Exclude<ToWorker, { type: 'abort' | 'destroyDevice' }> extends infer T ? (T extends unknown ? Omit<T, 'id'> : never) : never;
 
 let nextId = 1;
 const newId = (prefix: string) => `${prefix}-${Date.now().toString(36)}${(nextId++).toString(36)}`;
@@ -393,6 +393,15 @@ export class Engine {
   /** Stops the running download or generation; a generation resolves with finish_reason "abort". */
   abort(): void {
     this.worker.postMessage({ type: 'abort' } satisfies ToWorker);
+  }
+
+  /**
+   * Destroys the engine's GPU device, as a driver reset or the browser reclaiming the GPU
+   * would: a running generation and later requests fail with code "device-lost" until the
+   * model is loaded again. For testing an application's recovery.
+   */
+  destroyDevice(): void {
+    this.worker.postMessage({ type: 'destroyDevice' } satisfies ToWorker);
   }
 
   /** Adapter (name, features, limits), model shape and GPU memory. */

@@ -90,6 +90,7 @@ export type ToWorker =
   | { id: number; type: 'complete'; request: WirePromptRequest }
   | { id: number; type: 'info' | 'reset' | 'unload' }
   | { type: 'abort' }
+  | { type: 'destroyDevice' }
   | { type: 'wasm'; module: WebAssembly.Module };
 
 export type FromWorker =

@@ -122,7 +122,7 @@ const streamText = (id: number) => (text: string) => {
   return !aborted;
 };
 
-async function handle(m: Exclude<ToWorker, { type: 'abort' }>): Promise<unknown> {
+async function handle(m: Exclude<ToWorker, { type: 'abort' | 'destroyDevice' }>): Promise<unknown> {
   aborted = false;
   switch (m.type) {
     case 'load':
@@ -153,6 +153,11 @@ self.onmessage = async (e: MessageEvent<ToWorker>) => {
   if (m.type === 'abort') {
     aborted = true;
     download?.abort();
+    return;
+  }
+  // Out of band, like abort: it must reach a generation that is running.
+  if (m.type === 'destroyDevice') {
+    engine?.destroyDevice();
     return;
   }
   try {

@@ -49,6 +49,10 @@ type State = 'idle' | 'loading' | 'ready' | 'generating' | 'error';
 
 /** `?maxChunkBytes=N` caps each weight buffer, as a small GPU's binding limit would (tests). */
 const maxChunkBytes = Number(new URLSearchParams(location.search).get('maxChunkBytes')) || undefined;
+/** `?debug` exposes the engine as `lilypadEngine()`, for tests that drive it directly. */
+if (new URLSearchParams(location.search).has('debug')) {
+  Object.assign(globalThis, { lilypadEngine: () => engine });
+}
 
 let engine: Engine | undefined;
 let loading: AbortController | undefined;
