@@ -39,6 +39,6 @@ for ctx in 2048 8192; do
   "$bin" inspect "$model" --context "$ctx" | grep -E '^(GPU memory|largest|fits)'
 done
 echo "== kernels and whole model (prompt $prompt_tokens, generate $gen_tokens)"
-"$bin" bench --model "$model" --context 4096 --prompt-tokens "$prompt_tokens" --gen-tokens "$gen_tokens"
+"$bin" bench --model "$model" --context 4096 --prompt-tokens "$prompt_tokens" --gen-tokens "$gen_tokens" --profile
 echo "== batched decode: total tokens/s with 1 to 16 sequences decoded together"
 "$bin" bench --model "$model" --context 2048 --batch 1,2,4,8,16 --prompt-tokens 256 --gen-tokens 32

@@ -2,19 +2,22 @@
 //
 // 1. penalties on the raw logits (llama.cpp's rules): repetition divides positive logits and
 //    multiplies negative ones by `repeat_penalty`; presence subtracts `presence_penalty`, once
-//    per distinct recent token (the host deduplicates the list);
+//    per distinct token of the window. The window is the `n_penalty` history entries before
+//    `window_end` in `recent`, a ring indexed by history position, so a token sampled on the
+//    GPU joins the next step's window without the host (each entry is applied only at its
+//    last occurrence in the window);
 // 2. greedy: the arg-max (lowest id on ties). Otherwise logits / temperature, then
 // 3. top-k: the k-th largest scaled logit is found by a 32-step bitwise search over
 //    order-preserving u32 keys (exact, no sort); everything below it is dropped;
 // 4. top-p: likewise the largest probability threshold whose kept mass is ≥ top_p;
 // 5. the host's uniform draw `u` picks, in vocabulary order, the token where the running
 //    kept mass crosses u × (kept mass).
-// Macros: WG.
+// Macros: WG, RING (entries of `recent`).
 
 struct Params {
     vocab: u32,
     top_k: u32,          // 0 = off
-    n_penalty: u32,      // entries in `recent`
+    n_penalty: u32,      // window length (0 = penalties off)
     greedy: u32,
     temperature: f32,
     top_p: f32,          // 1 = off
@@ -22,6 +25,7 @@ struct Params {
     presence_penalty: f32,
     u: f32,              // uniform draw in [0, 1)
     row: u32,            // which logits row to read
+    window_end: u32,     // history length: the window is [window_end - n_penalty, window_end)
 }
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
@@ -74,9 +78,17 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
     }
     storageBarrier();
     workgroupBarrier();
+    let start = p.window_end - p.n_penalty;
     for (var j = tid; j < p.n_penalty; j += WG) {
-        let tok = recent[j];
-        if tok < n {
+        let tok = recent[(start + j) % RING];
+        var last = true;
+        for (var k = j + 1u; k < p.n_penalty; k++) {
+            if recent[(start + k) % RING] == tok {
+                last = false;
+                break;
+            }
+        }
+        if last && tok < n {
             var l = work[tok];
             l = select(l * p.repeat_penalty, l / p.repeat_penalty, l > 0.0);
             work[tok] = l - p.presence_penalty;

@@ -13,6 +13,24 @@ use crate::{gpu, repo_root};
 /// implementations agree with the fixtures to ~4e-5; f32 kernels stay well under this.
 pub const TOL: f32 = 1e-3;
 
+/// (max |Δ|, max |Δ| / max(1, max |want|)) between two logits rows.
+pub fn row_error(got: &[f32], want: &[f32]) -> (f32, f32) {
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let scale = want.iter().map(|v| v.abs()).fold(1f32, f32::max);
+    (diff, diff / scale)
+}
+
+/// Asserts that two logits rows agree within [`TOL`].
+pub fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let (diff, rel) = row_error(got, want);
+    assert!(rel <= TOL, "{what}: max |Δ| {diff:.3e}");
+}
+
 pub fn fixture_dir(name: &str) -> PathBuf {
     repo_root().join("tests/fixtures/qwen").join(name)
 }
@@ -105,13 +123,7 @@ impl Fixture {
         for (i, row) in got.chunks_exact(vocab).enumerate() {
             let pos = first + i;
             let want = &self.logits[pos * vocab..][..vocab];
-            let diff = row
-                .iter()
-                .zip(want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            let scale = want.iter().map(|v| v.abs()).fold(1f32, f32::max);
-            let rel = diff / scale;
+            let (diff, rel) = row_error(row, want);
             assert!(
                 rel <= TOL,
                 "{what}: position {pos}: max |Δ| {diff:.3e} (relative {rel:.3e})"

@@ -10,7 +10,7 @@
 use lilypad_engine::ops::sample::reference_sample;
 use lilypad_engine::{BatchToken, EngineError, Logits, Model, ModelOptions, SamplingParams};
 use lilypad_gguf::{GgufFile, MmapSource};
-use lilypad_tests::qwen::{TOL, load_model};
+use lilypad_tests::qwen::{assert_close, load_model};
 use lilypad_tests::repo_root;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -55,17 +55,6 @@ fn alone(path: &str, tokens: &[u32], prefill: usize) -> Vec<Vec<f32>> {
             .all(|r| r.len() == vocab as usize)
     );
     rows
-}
-
-fn assert_close(got: &[f32], want: &[f32], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}");
-    let diff = got
-        .iter()
-        .zip(want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    let scale = want.iter().map(|v| v.abs()).fold(1f32, f32::max);
-    assert!(diff / scale <= TOL, "{what}: max |Δ| {diff:.3e}");
 }
 
 fn argmax(row: &[f32]) -> u32 {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use lilypad_engine::kernels::Dispatch;
 use lilypad_engine::ops::{self, Step};
 use lilypad_engine::weights::GpuWeight;
-use lilypad_engine::{BatchToken, GpuContext, Logits, Model, SamplingParams};
+use lilypad_engine::{BatchToken, GpuContext, Logits, Model, SamplingParams, StepProfile};
 use lilypad_gguf::{ByteSource, GgufFile};
 use lilypad_tokenizer::TextTokenizer;
 
@@ -209,49 +209,95 @@ pub fn run(
     pollster::block_on(model.eval(prefilled, Logits::Last))?;
     let prefill = t.elapsed().as_secs_f64();
     let prefilled = prefilled.len();
-    let mut stamps = Vec::new();
-    let greedy = SamplingParams::greedy();
-    pollster::block_on(
-        model.generate(&prompt, &greedy, gen_tokens + 1, &|_| false, &mut |_| {
-            stamps.push(Instant::now());
-            true
-        }),
-    )?;
-    let decode = if stamps.len() > 1 {
-        (stamps[stamps.len() - 1] - stamps[0]).as_secs_f64() / (stamps.len() - 1) as f64
-    } else {
-        f64::NAN
-    };
     println!(
         "prefill: {} tokens in {:.2} s = {:.1} tok/s",
         prefilled,
         prefill,
         prefilled as f64 / prefill
     );
-    println!(
-        "decode:  {} tokens, {:.1} ms/token = {:.1} tok/s",
-        stamps.len().saturating_sub(1),
-        decode * 1e3,
-        1.0 / decode
-    );
+    // Decode with each depth of queued steps, from the same prefilled state (a snapshot:
+    // recurrent models cannot rewind): depth 1 reads every token back before the next step.
+    let state = pollster::block_on(model.snapshot())?;
+    let greedy = SamplingParams::greedy();
+    let mut base = None;
+    let mut texts = Vec::new();
+    let mut walls = Vec::new();
+    let default_depth = model.decode_depth();
+    for depth in [1, 2, 4] {
+        model.restore(&state)?;
+        model.set_decode_depth(depth)?;
+        let mut stamps = Vec::new();
+        let generation = pollster::block_on(model.generate(
+            &prompt,
+            &greedy,
+            gen_tokens + 1,
+            &|_| false,
+            &mut |_| {
+                stamps.push(Instant::now());
+                true
+            },
+        ))?;
+        texts.push(generation.tokens);
+        let decode = if stamps.len() > 1 {
+            (stamps[stamps.len() - 1] - stamps[0]).as_secs_f64() / (stamps.len() - 1) as f64
+        } else {
+            f64::NAN
+        };
+        walls.push((depth, decode));
+        let ratio = *base.get_or_insert(decode) / decode;
+        let stats = model.decode_stats();
+        let per_step = |s: f64| s * 1e3 / stats.steps.max(1) as f64;
+        println!(
+            "decode:  {} tokens, {:.1} ms/token = {:.1} tok/s (depth {depth}: {ratio:.2}x depth 1; \
+             host recording {:.2} ms/token = {:.1} %, waiting {:.1} ms/token)",
+            stamps.len().saturating_sub(1),
+            decode * 1e3,
+            1.0 / decode,
+            per_step(stats.recording),
+            100.0 * per_step(stats.recording) / (decode * 1e3),
+            per_step(stats.waiting),
+        );
+    }
+    if texts.windows(2).any(|w| w[0] != w[1]) {
+        println!("warning: the depths decoded different greedy tokens");
+    }
+    model.set_decode_depth(default_depth)?;
     println!("GPU memory: {} at context {}", model.plan, model.context);
     if profile {
+        // A decode step where the last generation ended, then a prefill step from the start.
+        let decode = pollster::block_on(model.profile_step(&prompt[..1]))?;
         let batch = (model.max_batch as usize).min(prompt.len() - 1);
         model.reset();
-        let prefill = model.profile_step(&prompt[..batch])?;
-        let decode = model.profile_step(&prompt[batch..=batch])?;
+        let prefill = pollster::block_on(model.profile_step(&prompt[..batch]))?;
         print_profile(&format!("prefill step ({batch} tokens)"), &prefill);
         print_profile("decode step (1 token)", &decode);
+        if decode.timestamps {
+            for (depth, wall) in walls {
+                println!(
+                    "decode at depth {depth}: kernels {:.1} ms of {:.1} ms per token, host overhead {:.1} %",
+                    decode.span * 1e3,
+                    wall * 1e3,
+                    100.0 * (1.0 - decode.span / wall)
+                );
+            }
+        }
     }
     Ok(())
 }
 
-/// Per-kernel times of one step, each dispatch submitted and waited for on its own (so the
-/// total exceeds a normal step's by the submission overhead).
-fn print_profile(what: &str, times: &[(&str, f64)]) {
-    let total: f64 = times.iter().map(|t| t.1).sum();
-    println!("profile of a {what}: {:.1} ms in all", total * 1e3);
-    for (kernel, t) in times {
+/// Per-kernel times of one step.
+fn print_profile(what: &str, p: &StepProfile) {
+    let total: f64 = p.kernels.iter().map(|t| t.1).sum();
+    let how = if p.timestamps {
+        "GPU timestamps between the dispatches of one step"
+    } else {
+        "each dispatch submitted and waited for alone, so submission costs are included"
+    };
+    println!(
+        "profile of a {what}: {:.1} ms of kernels ({how})",
+        total * 1e3
+    );
+    for (kernel, t) in &p.kernels {
         println!(
             "  {kernel:24} {:10.2} ms {:5.1} %",
             t * 1e3,

@@ -106,7 +106,13 @@ impl GpuContext {
             max_compute_workgroup_size_x: adapter_limits.max_compute_workgroup_size_x,
             ..wgpu::Limits::downlevel_defaults()
         };
-        let features = adapter.features() & (wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP);
+        // Timestamps between dispatches let `Model::profile_step` time every kernel of a
+        // real step where the adapter can.
+        let features = adapter.features()
+            & (wgpu::Features::SHADER_F16
+                | wgpu::Features::SUBGROUP
+                | wgpu::Features::TIMESTAMP_QUERY
+                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("lilypad"),

@@ -5,6 +5,7 @@
 pub mod activations;
 pub mod backward;
 pub mod batch;
+pub mod decode;
 pub mod error;
 pub mod gpu;
 pub mod graph;
@@ -24,7 +25,9 @@ pub use backward::LoraGradients;
 pub use batch::{Batch, BatchEvent, DoneReason, RequestId};
 pub use error::{EngineError, Result};
 pub use gpu::{AdapterOptions, AdapterSummary, GpuContext};
-pub use model::{BatchToken, Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
+pub use model::{
+    BatchToken, Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions, StepProfile,
+};
 pub use models::{LlamaConfig, ModelConfig, Qwen35Config};
 pub use ops::sample::{Rng, SamplingParams};
 pub use optim::{AdamWConfig, LoraAdamW, OptimizerState, StepStats};

@@ -158,7 +158,7 @@ pub(crate) struct Io {
 
 /// A loaded model with one sequence's state (its KV cache and the tokens in it).
 pub struct Model {
-    ctx: Arc<GpuContext>,
+    pub(crate) ctx: Arc<GpuContext>,
     pub config: ModelConfig,
     pub context: u32,
     pub max_batch: u32,
@@ -171,8 +171,8 @@ pub struct Model {
     pub(crate) state: Vec<Vec<StateBuffer>>,
     /// Whether the state can go back to an earlier position: true when it is all caches
     /// indexed by position, false with fixed-size recurrent state.
-    rewindable: bool,
-    decode_graph: Vec<Dispatch>,
+    pub(crate) rewindable: bool,
+    pub(crate) decode_graph: Vec<Dispatch>,
     prefill_graph: Vec<Dispatch>,
     /// One token each of several sequences (empty with one slot).
     batch_graph: Vec<Dispatch>,
@@ -181,7 +181,7 @@ pub struct Model {
     /// log softmax(logits[t])[targets[t]] for each token of a step.
     gather_log_probs: Dispatch,
     /// One per sequence slot (each samples its own logits row).
-    samplers: Vec<Sampler>,
+    pub(crate) samplers: Vec<Sampler>,
     pub(crate) arch: Box<dyn Forward>,
     /// The inference graphs' activations, shared by every layer.
     store: ActivationStore,
@@ -193,6 +193,12 @@ pub struct Model {
     /// The adapter's alpha and base model, as `set_lora` was given them (its factors live in
     /// the linears, where training changes them).
     lora_meta: Option<(f32, Option<String>)>,
+    /// Decode steps queued before the first is read back (`crate::decode`).
+    pub(crate) decode_depth: u32,
+    /// Copies of sequence 0's recurrent state, one per decode step in flight past the one
+    /// being read, so a stop seen late can go back (allocated on first use).
+    pub(crate) rewind_ring: Vec<wgpu::Buffer>,
+    pub(crate) decode_stats: crate::decode::DecodeStats,
 }
 
 /// One sequence's token in a batched decode step ([`Model::sample_batch`]), and how to pick
@@ -319,6 +325,9 @@ impl Model {
             lora_scratch: None,
             lora_meta: None,
             fork_staging: None,
+            decode_depth: crate::decode::default_decode_depth(&ctx),
+            rewind_ring: Vec::new(),
+            decode_stats: Default::default(),
         })
     }
 
@@ -760,7 +769,7 @@ impl Model {
     }
 
     /// Records `graph` over a step of `n` tokens, then the LM head per `want`.
-    fn encode_graph(
+    pub(crate) fn encode_graph(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         graph: &[Dispatch],
@@ -927,11 +936,13 @@ impl Model {
     }
 
     /// Times each kernel of one step over `tokens` (the decode graph for one token, the
-    /// prefill graph for more) by submitting and waiting for every dispatch on its own.
-    /// Returns (kernel, seconds) summed per kernel name, slowest first. The state advances
-    /// as after `eval`. Native only: it blocks on the device.
+    /// prefill graph for more). Where the adapter writes timestamps inside compute passes,
+    /// the step runs as it normally does with a timestamp between dispatches; elsewhere each
+    /// dispatch is submitted and waited for on its own (which adds the submission's cost to
+    /// every kernel). The state advances as after `eval`. Native only: it blocks on the
+    /// device.
     #[cfg(not(target_arch = "wasm32"))]
-    pub fn profile_step(&mut self, tokens: &[u32]) -> Result<Vec<(&'static str, f64)>> {
+    pub async fn profile_step(&mut self, tokens: &[u32]) -> Result<StepProfile> {
         self.check_tokens(tokens)?;
         if tokens.is_empty() || tokens.len() > self.max_batch as usize {
             return Err(EngineError::Shape {
@@ -942,27 +953,110 @@ impl Model {
         let n = tokens.len() as u32;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let graph = self.begin_step(&mut encoder, 0, tokens);
-        self.ctx.queue.submit([encoder.finish()]);
-        self.wait()?;
         // The head runs on one row (the last token's), as in `eval`.
-        let steps = graph.iter().map(|d| (d, n));
-        let steps = steps.chain(self.head_last.iter().map(|d| (d, 1)));
+        let steps: Vec<(&Dispatch, u32)> = graph
+            .iter()
+            .map(|d| (d, n))
+            .chain(self.head_last.iter().map(|d| (d, 1)))
+            .collect();
+        let in_pass =
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
         let mut times = std::collections::BTreeMap::<&'static str, f64>::new();
-        for (d, rows) in steps {
-            let t = std::time::Instant::now();
-            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-            {
-                let mut pass = encoder.begin_compute_pass(&Default::default());
-                d.record(&mut pass, rows);
+        let timestamps = self.ctx.device.features().contains(in_pass);
+        let mut span = 0.0;
+        if timestamps {
+            // The last hidden row goes to the head's input between the two, as in `eval`.
+            let row = self.config.n_embd() as u64 * 4;
+            let head_from = graph.len();
+            let ticks = self
+                .timestamped(&mut encoder, &steps, head_from, |encoder| {
+                    encoder.copy_buffer_to_buffer(
+                        &self.store.hidden.buffer,
+                        (n as u64 - 1) * row,
+                        &self.io.x_last,
+                        0,
+                        row,
+                    )
+                })
+                .await?;
+            let period = self.ctx.queue.get_timestamp_period() as f64 * 1e-9;
+            for (i, (d, _)) in steps.iter().enumerate() {
+                let t = ticks[i + 1].saturating_sub(ticks[i]) as f64 * period;
+                *times.entry(d.label).or_default() += t;
             }
+            span = ticks[steps.len()].saturating_sub(ticks[0]) as f64 * period;
+        } else {
             self.ctx.queue.submit([encoder.finish()]);
             self.wait()?;
-            *times.entry(d.label).or_default() += t.elapsed().as_secs_f64();
+            for (d, rows) in &steps {
+                let t = std::time::Instant::now();
+                let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+                {
+                    let mut pass = encoder.begin_compute_pass(&Default::default());
+                    d.record(&mut pass, *rows);
+                }
+                self.ctx.queue.submit([encoder.finish()]);
+                self.wait()?;
+                let t = t.elapsed().as_secs_f64();
+                *times.entry(d.label).or_default() += t;
+                span += t;
+            }
         }
         self.seqs[0].extend_from_slice(tokens);
-        let mut times: Vec<_> = times.into_iter().collect();
-        times.sort_by(|a, b| b.1.total_cmp(&a.1));
-        Ok(times)
+        let mut kernels: Vec<_> = times.into_iter().collect();
+        kernels.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(StepProfile {
+            kernels,
+            timestamps,
+            span,
+        })
+    }
+
+    /// Runs `steps` in `encoder` (graph dispatches, then from `head_from` on the head's,
+    /// with `between` recorded outside the passes in between) with a timestamp before the
+    /// first and after each, and returns the ticks.
+    #[cfg(not(target_arch = "wasm32"))]
+    async fn timestamped(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        steps: &[(&Dispatch, u32)],
+        head_from: usize,
+        between: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Result<Vec<u64>> {
+        let count = steps.len() as u32 + 1;
+        let queries = self.ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count,
+        });
+        let resolved = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("profile ticks"),
+            size: count as u64 * 8,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let mut between = Some(between);
+        let mut i = 0;
+        for part in [&steps[..head_from], &steps[head_from..]] {
+            if i > 0 {
+                (between.take().expect("one gap"))(encoder);
+            }
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            if i == 0 {
+                pass.write_timestamp(&queries, 0);
+            }
+            for (d, rows) in part {
+                d.record(&mut pass, *rows);
+                i += 1;
+                pass.write_timestamp(&queries, i);
+            }
+        }
+        encoder.resolve_query_set(&queries, 0..count, &resolved, 0);
+        let mut done = self.ctx.device.create_command_encoder(&Default::default());
+        std::mem::swap(encoder, &mut done);
+        self.ctx.queue.submit([done.finish()]);
+        let bytes = self.ctx.read_back(&resolved, 0, count as u64 * 8).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     #[cfg(not(target_arch = "wasm32"))]
@@ -1026,18 +1120,30 @@ impl Model {
         let pending = self.reuse_prefix(prompt).to_vec();
         let reused = prompt.len() - pending.len();
         let mut history = prompt.to_vec();
-        let mut feed = pending.clone();
         let mut out = Vec::new();
-        while out.len() < max_tokens {
-            if self.seqs[0].len() + feed.len() > self.context as usize {
-                break;
-            }
-            let id = self.next_token(&feed, sp, &mut rng, &history).await?;
-            out.push(id);
-            history.push(id);
-            feed = vec![id];
-            if !on_token(id) || is_stop(id) {
-                break;
+        if max_tokens > 0 {
+            // The prompt's step is read back at once (it is long anyway); the decode steps
+            // after it are queued ahead of the host.
+            let first = self.next_token(&pending, sp, &mut rng, &history).await?;
+            out.push(first);
+            history.push(first);
+            if on_token(first) && !is_stop(first) {
+                let run = self
+                    .decode_run(
+                        first,
+                        sp,
+                        &mut rng,
+                        &mut history,
+                        max_tokens - 1,
+                        is_stop,
+                        on_token,
+                        &mut out,
+                    )
+                    .await;
+                if let Err(e) = run {
+                    self.seqs[0].clear();
+                    return Err(e);
+                }
             }
         }
         Ok(Generation {
@@ -1046,6 +1152,17 @@ impl Model {
             prompt_reused: reused,
         })
     }
+}
+
+/// Kernel times of one step ([`Model::profile_step`]).
+#[derive(Clone, Debug)]
+pub struct StepProfile {
+    /// (kernel, seconds) summed per kernel name, slowest first.
+    pub kernels: Vec<(&'static str, f64)>,
+    /// Timed by GPU timestamps within the step (else each dispatch alone, from the host).
+    pub timestamps: bool,
+    /// Seconds from the first kernel's start to the last one's end.
+    pub span: f64,
 }
 
 /// What [`Model::generate`] did.

@@ -5,7 +5,7 @@ use crate::ops::bind;
 
 const WG: u32 = 256;
 
-/// Most recent tokens the penalties look at.
+/// Most recent tokens the penalties look at: the size of the sampler's history ring.
 pub const MAX_RECENT: usize = 1024;
 
 /// How the next token is chosen. `temperature == 0` means greedy.
@@ -109,7 +109,8 @@ struct GpuParams {
     presence_penalty: f32,
     u: f32,
     row: u32,
-    _pad: [u32; 2],
+    window_end: u32,
+    _pad: u32,
 }
 
 /// The sampling kernel bound to one logits buffer, with its scratch and result buffers.
@@ -123,7 +124,8 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(ctx: &GpuContext, logits: &wgpu::Buffer, vocab: u32) -> Result<Self> {
-        let pipeline = ctx.pipeline("sample.wgsl", "sample", &Macros::new().u32("WG", WG))?;
+        let macros = Macros::new().u32("WG", WG).u32("RING", MAX_RECENT as u32);
+        let pipeline = ctx.pipeline("sample.wgsl", "sample", &macros)?;
         let params = ctx.uniform_buffer("sample", bytemuck::bytes_of(&GpuParams::zeroed()));
         let recent = ctx.storage_buffer(
             "recent tokens",
@@ -169,22 +171,48 @@ impl Sampler {
         u: f32,
     ) -> Result<()> {
         sp.validate()?;
-        let window = &recent[recent.len().saturating_sub(sp.penalty_last_n)..];
-        let mut uniq: Vec<u32> = if sp.repeat_penalty != 1.0 || sp.presence_penalty != 0.0 {
-            window.to_vec()
-        } else {
-            Vec::new()
-        };
-        uniq.sort_unstable();
-        uniq.dedup();
-        if !uniq.is_empty() {
-            ctx.queue
-                .write_buffer(&self.recent, 0, bytemuck::cast_slice(&uniq));
+        self.write_history(ctx, sp, recent);
+        self.write_draw(ctx, sp, recent.len(), row, u);
+        Ok(())
+    }
+
+    /// Puts the history's penalty window into the ring, each token at its position (nothing
+    /// to write when the penalties are off).
+    pub fn write_history(&self, ctx: &GpuContext, sp: &SamplingParams, history: &[u32]) {
+        if !has_penalties(sp) {
+            return;
         }
+        let from = history.len() - window_len(sp, history.len());
+        // The window fits the ring, so it wraps at most once.
+        let at = from % MAX_RECENT;
+        let (head, tail) = history[from..].split_at((history.len() - from).min(MAX_RECENT - at));
+        ctx.queue
+            .write_buffer(&self.recent, at as u64 * 4, bytemuck::cast_slice(head));
+        if !tail.is_empty() {
+            ctx.queue
+                .write_buffer(&self.recent, 0, bytemuck::cast_slice(tail));
+        }
+    }
+
+    /// Writes one draw's parameters: the history has `history_len` tokens (the ring holds
+    /// the window before it), the pick reads logits row `row` with uniform draw `u`.
+    pub fn write_draw(
+        &self,
+        ctx: &GpuContext,
+        sp: &SamplingParams,
+        history_len: usize,
+        row: u32,
+        u: f32,
+    ) {
+        let window = if has_penalties(sp) {
+            window_len(sp, history_len)
+        } else {
+            0
+        };
         let p = GpuParams {
             vocab: self.vocab,
             top_k: sp.top_k,
-            n_penalty: uniq.len() as u32,
+            n_penalty: window as u32,
             greedy: sp.is_greedy() as u32,
             temperature: if sp.is_greedy() { 1.0 } else { sp.temperature },
             top_p: sp.top_p,
@@ -192,11 +220,18 @@ impl Sampler {
             presence_penalty: sp.presence_penalty,
             u,
             row,
-            _pad: [0; 2],
+            window_end: history_len as u32,
+            _pad: 0,
         };
         ctx.queue
             .write_buffer(&self.params, 0, bytemuck::bytes_of(&p));
-        Ok(())
+    }
+
+    /// Records a copy of the sampled token into the history ring at position `pos`, so the
+    /// next draw's penalties see it without a round trip to the host.
+    pub fn record_append(&self, encoder: &mut wgpu::CommandEncoder, pos: usize) {
+        let at = (pos % MAX_RECENT) as u64 * 4;
+        encoder.copy_buffer_to_buffer(&self.result, 0, &self.recent, at, 4);
     }
 
     pub fn dispatch(&self) -> &Dispatch {
@@ -205,6 +240,15 @@ impl Sampler {
 }
 
 use bytemuck::Zeroable;
+
+fn has_penalties(sp: &SamplingParams) -> bool {
+    sp.repeat_penalty != 1.0 || sp.presence_penalty != 0.0
+}
+
+/// History entries the penalties look at (never more than the ring holds).
+fn window_len(sp: &SamplingParams, history_len: usize) -> usize {
+    history_len.min(sp.penalty_last_n).min(MAX_RECENT)
+}
 
 /// CPU reference of the kernel's rule, written the plain way (sort, cut, normalise), for tests.
 pub fn reference_sample(logits: &[f32], sp: &SamplingParams, recent: &[u32], u: f32) -> u32 {
