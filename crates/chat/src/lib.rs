@@ -11,6 +11,11 @@ use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
 use serde_json::Value;
 use web_time::Instant;
 
+pub mod prefix;
+#[cfg(not(target_arch = "wasm32"))]
+pub use prefix::DirPrefixStore;
+pub use prefix::{MemoryPrefixStore, PrefixStore};
+
 /// What the previous turn left in the model's state.
 struct PreviousTurn {
     /// How many messages the previous prompt rendered.
@@ -34,6 +39,8 @@ pub struct ChatSession {
     /// The conversation's tokens since the last [`ChatSession::take_transcript`], each marked
     /// with whether the model generated it: what a trainer differentiates.
     transcript: Transcript,
+    /// Where the state after a conversation's system message is saved and found again.
+    prefix_store: Option<Box<dyn PrefixStore>>,
 }
 
 /// A conversation as token ids, each marked with whether the model wrote it (true) or was
@@ -80,7 +87,18 @@ impl ChatSession {
             name: name.into(),
             previous: None,
             transcript: Transcript::default(),
+            prefix_store: None,
         })
+    }
+
+    /// Keeps the state after each conversation's system message (with its tool schemas) in
+    /// `store`, so a later session that opens the same way does not evaluate it again.
+    pub fn set_prefix_store(&mut self, store: Option<Box<dyn PrefixStore>>) {
+        self.prefix_store = store;
+    }
+
+    pub fn prefix_store_mut(&mut self) -> Option<&mut (dyn PrefixStore + 'static)> {
+        self.prefix_store.as_deref_mut()
     }
 
     pub fn model(&self) -> &Model {
@@ -363,6 +381,52 @@ impl ChatSession {
         .map_err(|e| ModelError::Other(e.to_string()))
     }
 
+    /// With a prefix store, puts the state after the request's system message into the
+    /// model: from the store when it has it, else evaluated now and saved. Nothing to do
+    /// when the model already holds that opening (a later turn of the same conversation).
+    /// Returns the tokens evaluated.
+    async fn open_from_store(
+        &mut self,
+        req: &Request<'_>,
+        prompt: &[u32],
+    ) -> Result<usize, ModelError> {
+        if self.prefix_store.is_none()
+            || req.messages.first().is_none_or(|m| m.role != Role::System)
+        {
+            return Ok(0);
+        }
+        let opening = self.render(&req.messages[..1], req.tools, false, req.enable_thinking)?;
+        let opening = self.encode(&opening)?;
+        // The opening must tokenize as the prompt's start, and leave a token to evaluate.
+        if opening.is_empty() || opening.len() >= prompt.len() || !prompt.starts_with(&opening) {
+            return Ok(0);
+        }
+        let held = self.model.tokens();
+        if held.len() >= opening.len() && held.starts_with(&opening) {
+            return Ok(0);
+        }
+        let key = prefix::key(&self.model, &opening);
+        self.previous = None;
+        let store = self.prefix_store.as_mut().expect("checked above");
+        if let Some(state) = store.load(&key) {
+            // A state that does not load (truncated, another layout) is computed again.
+            if self.model.load_state(&state).is_ok() && self.model.tokens() == opening {
+                return Ok(0);
+            }
+        }
+        self.model.reset();
+        self.model
+            .eval(&opening, lilypad_engine::Logits::None)
+            .await
+            .map_err(engine_error)?;
+        let state = self.model.save_state().await.map_err(engine_error)?;
+        self.prefix_store
+            .as_mut()
+            .expect("checked above")
+            .save(&key, &state);
+        Ok(opening.len())
+    }
+
     fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
         self.tok
             .encode(text, true)
@@ -508,9 +572,14 @@ impl LanguageModel for ChatSession {
         on_text: &mut TokenSink<'_>,
     ) -> Result<Completion, ModelError> {
         let (prompt_text, prompt) = self.prompt_tokens(req)?;
-        let (completion, generated) = self
+        let start = Instant::now();
+        let opened = self.open_from_store(req, &prompt).await?;
+        let opening_ms = start.elapsed().as_secs_f64() * 1e3;
+        let (mut completion, generated) = self
             .run(&prompt, req.sampling, req.max_tokens, on_text)
             .await?;
+        completion.prefill_ms += opening_ms;
+        completion.prefilled_tokens += opened;
         let ended = generated.last().is_some_and(|&id| self.tok.is_stop(id));
         self.transcript.record(&prompt, &generated);
         let mut seen = prompt;

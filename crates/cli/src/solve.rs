@@ -53,6 +53,11 @@ pub struct SolveArgs {
     /// CPU time, memory, processes, open files and file size, every process killed with it.
     #[arg(long)]
     no_sandbox: bool,
+    /// Evaluate the system prompt and tool schemas every run. By default their state is
+    /// saved once per model (in the cache's `prompt-states` folder, about 46 KiB per token
+    /// for SmolLM2) and later runs start from it.
+    #[arg(long)]
+    no_prompt_cache: bool,
 }
 
 pub fn run(args: &SolveArgs) -> Result<()> {
@@ -88,7 +93,12 @@ pub fn run(args: &SolveArgs) -> Result<()> {
             let name = Path::new(&model.model)
                 .file_name()
                 .map_or(model.model.clone(), |n| n.to_string_lossy().into_owned());
-            let session = ChatSession::new(loaded.model, loaded.tok, &name)?;
+            let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
+            if !args.no_prompt_cache {
+                let dir =
+                    lilypad_cli::download::default_cache_dir().with_file_name("prompt-states");
+                session.set_prefix_store(Some(Box::new(lilypad_chat::DirPrefixStore::new(dir))));
+            }
             (Replier::Model(Box::new(session)), name)
         }
         (None, None) => {

@@ -199,6 +199,9 @@ pub struct Model {
     /// being read, so a stop seen late can go back (allocated on first use).
     pub(crate) rewind_ring: Vec<wgpu::Buffer>,
     pub(crate) decode_stats: crate::decode::DecodeStats,
+    /// What a saved state is keyed by: the weights' fingerprint, then the adapter's.
+    identity: String,
+    lora_identity: Option<String>,
 }
 
 /// One sequence's token in a batched decode step ([`Model::sample_batch`]), and how to pick
@@ -328,6 +331,8 @@ impl Model {
             decode_depth: crate::decode::default_decode_depth(&ctx),
             rewind_ring: Vec::new(),
             decode_stats: Default::default(),
+            identity: lilypad_gguf::fingerprint(file, src)?,
+            lora_identity: None,
         })
     }
 
@@ -563,10 +568,12 @@ impl Model {
         self.seqs.iter_mut().for_each(Vec::clear);
         let applied = self.apply_lora(tensors, adapter.map_or(1.0, |a| a.scale));
         self.lora_meta = adapter.map(|a| (a.alpha, a.base_model.clone()));
+        self.lora_identity = adapter.map(lora_fingerprint);
         if applied.is_err() {
             // Never leave some linears adapted and others not: back to the base model.
             let _ = self.apply_lora(&[], 1.0);
             self.lora_meta = None;
+            self.lora_identity = None;
         }
         applied
     }
@@ -683,6 +690,32 @@ impl Model {
     /// so that [`Model::restore`] can return to this point later.
     pub async fn snapshot(&self) -> Result<SequenceState> {
         SequenceState::capture(&self.ctx, &self.state, &self.seqs[0], 0).await
+    }
+
+    /// What a state saved by this model is keyed by: its weights' fingerprint and, with a
+    /// LoRA adapter, the adapter's. (An adapter changed by training steps since `set_lora`
+    /// keeps its key: save states from a model that is not being trained.)
+    pub fn state_key(&self) -> String {
+        match &self.lora_identity {
+            Some(lora) => format!("{}+lora:{lora}", self.identity),
+            None => self.identity.clone(),
+        }
+    }
+
+    /// Sequence 0's state as bytes, for [`Model::load_state`] in another process or session
+    /// (a prompt's prefix computed once, ever).
+    pub async fn save_state(&self) -> Result<Vec<u8>> {
+        self.snapshot()
+            .await?
+            .to_bytes(&self.ctx, &self.state_key())
+            .await
+    }
+
+    /// Puts back a state from [`Model::save_state`] of the same weights and adapter as
+    /// sequence 0; anything else is an `EngineError::State` and leaves the model as it was.
+    pub fn load_state(&mut self, bytes: &[u8]) -> Result<()> {
+        let state = SequenceState::from_bytes(&self.ctx, &self.state_key(), bytes)?;
+        self.restore(&state)
     }
 
     /// Puts back a state from [`Model::snapshot`] of this model (or one with the same
@@ -1152,6 +1185,19 @@ impl Model {
             prompt_reused: reused,
         })
     }
+}
+
+/// SHA-256 (hex) of an adapter's factors and scale.
+fn lora_fingerprint(adapter: &LoraAdapter) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(adapter.scale.to_le_bytes());
+    for t in &adapter.tensors {
+        hash.update(t.target.as_bytes());
+        hash.update(bytemuck::cast_slice(&t.a));
+        hash.update(bytemuck::cast_slice(&t.b));
+    }
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Kernel times of one step ([`Model::profile_step`]).

@@ -162,3 +162,146 @@ impl SequenceState {
         ctx.check()
     }
 }
+
+/// First bytes of a saved sequence state.
+const MAGIC: &[u8; 8] = b"LPSTATE\x01";
+
+impl SequenceState {
+    /// The state as bytes (read back from the GPU), tagged with `key`: what a later
+    /// [`SequenceState::from_bytes`] must be given to accept it (the model's identity).
+    pub async fn to_bytes(&self, ctx: &GpuContext, key: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.gpu_bytes() as usize + 64);
+        out.extend_from_slice(MAGIC);
+        put_u32(&mut out, key.len() as u32);
+        out.extend_from_slice(key.as_bytes());
+        put_u32(&mut out, self.tokens.len() as u32);
+        for &t in &self.tokens {
+            put_u32(&mut out, t);
+        }
+        put_u32(&mut out, self.layers.len() as u32);
+        for layer in &self.layers {
+            put_u32(&mut out, layer.len() as u32);
+            for (row_bytes, copy) in layer {
+                out.extend_from_slice(&row_bytes.map_or(u64::MAX, |r| r).to_le_bytes());
+                let size = copy.as_ref().map_or(0, |c| c.size());
+                out.extend_from_slice(&size.to_le_bytes());
+                if let Some(c) = copy {
+                    out.extend(ctx.read_back(c, 0, size).await?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// A state saved by [`SequenceState::to_bytes`] with the same `key`, uploaded to the GPU.
+    /// Anything else (another key, a truncated or corrupt file) is an `EngineError::State`;
+    /// whether it fits a model is checked by `Model::restore`.
+    pub fn from_bytes(ctx: &GpuContext, key: &str, bytes: &[u8]) -> Result<Self> {
+        let mut r = Reader { bytes, at: 0 };
+        if r.take(MAGIC.len())? != MAGIC {
+            return Err(EngineError::State(
+                "not a saved lilypad sequence state".into(),
+            ));
+        }
+        let key_len = r.u32()? as usize;
+        if r.take(key_len)? != key.as_bytes() {
+            return Err(EngineError::State(
+                "the state was saved by another model or adapter".into(),
+            ));
+        }
+        let n_tokens = r.u32()? as usize;
+        let tokens: Vec<u32> = r
+            .take(n_tokens.checked_mul(4).ok_or_else(truncated)?)?
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        // Counts are checked against the bytes left (a layer takes at least 4, a buffer 16),
+        // so a corrupt count cannot make the loops below allocate without bound.
+        let n_layers = r.count(4)?;
+        let mut layers = Vec::new();
+        for _ in 0..n_layers {
+            let n_bufs = r.count(16)?;
+            let mut bufs = Vec::new();
+            for _ in 0..n_bufs {
+                let row_bytes = match r.u64()? {
+                    u64::MAX => None,
+                    row => Some(row),
+                };
+                let size = r.u64()?;
+                let data = r.take(usize::try_from(size).map_err(|_| truncated())?)?;
+                if row_bytes.is_some_and(|row| row == 0 || size != row * n_tokens as u64) {
+                    return Err(EngineError::State(format!(
+                        "a cache of {size} bytes does not hold {n_tokens} rows"
+                    )));
+                }
+                if size % 4 != 0 {
+                    return Err(EngineError::State(format!(
+                        "a state buffer of {size} bytes is not whole floats"
+                    )));
+                }
+                let copy = (size > 0).then(|| {
+                    use wgpu::util::DeviceExt;
+                    ctx.device
+                        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                            label: Some("sequence state"),
+                            contents: data,
+                            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                        })
+                });
+                bufs.push((row_bytes, copy));
+            }
+            layers.push(bufs);
+        }
+        if r.at != bytes.len() {
+            return Err(EngineError::State(format!(
+                "{} bytes after the saved state",
+                bytes.len() - r.at
+            )));
+        }
+        ctx.check()?;
+        Ok(Self { tokens, layers })
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn truncated() -> EngineError {
+    EngineError::State("the saved state is truncated".into())
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(n).ok_or_else(truncated)?;
+        let piece = self.bytes.get(self.at..end).ok_or_else(truncated)?;
+        self.at = end;
+        Ok(piece)
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    /// A count of items of at least `min_bytes` each, which the bytes left must hold.
+    fn count(&mut self, min_bytes: usize) -> Result<usize> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(min_bytes) > self.bytes.len() - self.at {
+            return Err(truncated());
+        }
+        Ok(n)
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+}

@@ -11,6 +11,7 @@
 //! Format authority: ggml's `gguf.cpp`, `ggml.h`, `ggml-common.h` and `ggml-quants.c`.
 
 mod error;
+mod fingerprint;
 pub mod hf;
 mod kquant;
 pub mod peft;
@@ -22,6 +23,7 @@ mod value;
 mod writer;
 
 pub use error::{GgufError, Result};
+pub use fingerprint::fingerprint;
 pub use quant::{can_convert, dequantize, quantize};
 pub use reader::{
     DEFAULT_ALIGNMENT, GGUF_MAGIC, GgufFile, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS,
