@@ -27,6 +27,7 @@ export LILYPAD_TRAINED="$TRAINED"
 (cd web && npm run --silent build && npm test --silent)
 export LILYPAD_MODEL="$MODEL" LILYPAD_BIN="$CARGO_TARGET_DIR/debug/lilypad"
 export E2E_RESULTS="${E2E_RESULTS:-$LILYPAD_CACHE/e2e.json}"
+export E2E_SCREENSHOTS="${E2E_SCREENSHOTS:-$LILYPAD_CACHE/e2e-screenshots}"
 node web/test/e2e.mjs
 export AGENT_E2E_RESULTS="${AGENT_E2E_RESULTS:-$LILYPAD_CACHE/agent-e2e.json}"
 node web/test/agent-e2e.mjs

@@ -272,8 +272,14 @@ fn chat_samples_equal_single_generations() {
                 seed: sampling.seed + i as u64,
                 ..sampling
             };
-            let (single, single_tokens) =
-                pollster::block_on(chat.complete_prompt(&prompt, one, 10, &mut |_| true)).unwrap();
+            let (single, single_tokens) = pollster::block_on(chat.complete_prompt(
+                &prompt,
+                one,
+                10,
+                &mut |_| true,
+                &mut |_| true,
+            ))
+            .unwrap();
             assert_eq!(
                 tokens, &single_tokens,
                 "sample {i} at temperature {}",

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use lilypad_chat::{ChatSession, PrefixStore};
 use lilypad_engine::{EngineError, Logits, Model};
 use lilypad_gguf::{GgufFile, MmapSource};
-use lilypad_lm::{Completion, LanguageModel, Message, Request, Sampling};
+use lilypad_lm::{Completion, FinishReason, Message, ProgressSink, Request, Sampling};
 use lilypad_tests::qwen::{load_model, options};
 use lilypad_tests::{repo_root, smollm2_owned};
 
@@ -29,6 +29,14 @@ impl PrefixStore for SharedStore {
 fn ask(store: &SharedStore) -> Option<Completion> {
     let (model, tok) = smollm2_owned(1024)?;
     let mut session = ChatSession::new(model, tok, "smollm2").unwrap();
+    ask_in(&mut session, store, &mut |_| true)
+}
+
+fn ask_in(
+    session: &mut ChatSession,
+    store: &SharedStore,
+    on_prompt: &mut ProgressSink<'_>,
+) -> Option<Completion> {
     session.set_prefix_store(Some(Box::new(store.clone())));
     let tools = vec![serde_json::json!({
         "type": "function",
@@ -58,7 +66,52 @@ fn ask(store: &SharedStore) -> Option<Completion> {
         max_tokens: 12,
         enable_thinking: false,
     };
-    Some(pollster::block_on(session.complete(&req, &mut |_| true)).unwrap())
+    Some(pollster::block_on(session.complete_observed(&req, on_prompt, &mut |_| true)).unwrap())
+}
+
+#[test]
+fn a_stop_while_the_opening_is_read_saves_nothing_and_loses_nothing() {
+    let Some((model, tok)) = smollm2_owned(1024) else {
+        return;
+    };
+    let mut session = ChatSession::new(model, tok, "smollm2").unwrap();
+    let store = SharedStore::default();
+    let mut reports = Vec::new();
+    let stopped = ask_in(&mut session, &store, &mut |p| {
+        reports.push(p);
+        false
+    })
+    .unwrap();
+    assert_eq!(stopped.finish, FinishReason::Aborted);
+    assert_eq!((stopped.text.as_str(), stopped.generated_tokens), ("", 0));
+    assert_eq!(reports.len(), 1, "stopped at the first report");
+    assert_eq!(reports[0].total, stopped.prompt_tokens);
+    assert!(reports[0].done < stopped.prompt_tokens);
+    assert!(
+        store.0.lock().unwrap().is_empty(),
+        "a partial opening is not saved"
+    );
+
+    // Asked again in the same session: it goes on from what was read, saves the opening,
+    // and answers as a session that was never stopped.
+    let mut reports = Vec::new();
+    let done = ask_in(&mut session, &store, &mut |p| {
+        reports.push(p);
+        true
+    })
+    .unwrap();
+    assert_eq!(store.0.lock().unwrap().len(), 1);
+    assert_eq!(
+        done.prefilled_tokens,
+        done.prompt_tokens - stopped.prefilled_tokens,
+        "only what the stopped request had not read"
+    );
+    let whole = ask(&SharedStore::default()).unwrap();
+    assert_eq!(done.text, whole.text);
+    assert_eq!(done.finish, whole.finish);
+    let last = reports.last().unwrap();
+    assert_eq!(last.done, last.total);
+    assert!(reports.windows(2).all(|w| w[0].done <= w[1].done));
 }
 
 #[test]

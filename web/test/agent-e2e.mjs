@@ -6,7 +6,10 @@
 //     project; git status/diff and undo in the shell.
 //  2. A scripted model fixes examples/leap-year (imported as a zip) through the panel: the tests
 //     fail, it edits, the tests pass, and the downloaded patch applies to the original files.
-//  3. SmolLM2-135M in the browser engine (WebGPU) runs a few agent steps and produces a valid
+//  3a. SmolLM2-135M in the browser engine (WebGPU): the first step's prompt (about 1,900 tokens,
+//     minutes on SwiftShader) shows its progress in the step, and Stop ends the run within
+//     seconds with an aborted trajectory.
+//  3b. SmolLM2-135M in the browser engine runs a few agent steps and produces a valid
 //     trajectory whose later steps reuse the model's state (success is not expected).
 //
 // Environment: LILYPAD_MODEL (the GGUF; part 3 is skipped without it unless
@@ -55,6 +58,15 @@ const panelState = () => page.evaluate(() => document.getElementById('agent').da
 async function openPage() {
   await page.goto(`${server.url}/agent.html`);
   await page.waitForFunction(() => window.lilypadAgent !== undefined);
+}
+/** examples/roman in a fresh panel, its task typed in and the model chosen. */
+async function romanWithTheModel() {
+  await openPage();
+  await page.setInputFiles('.agent-folder', romanCopy);
+  await waitReady();
+  await page.selectOption('.agent-model', 'engine');
+  await page.fill('.agent-model-input', `/models/${basename(MODEL)}`);
+  await page.fill('.agent-task-text', readFileSync(join(examples, 'roman/TASK.md'), 'utf8'));
 }
 async function waitReady() {
   await page.waitForFunction(() => ['ready', 'empty'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
@@ -154,6 +166,8 @@ try {
   assert.match(obs[3], /passed/, obs[3]);
   assert.doesNotMatch(obs[3], /failed/, obs[3]);
   assert.equal(await page.locator('.agent-step').count(), 5);
+  // Scripted replies measure nothing: no prompt or speed figures are shown for them.
+  assert.equal(await page.locator('.agent-step-stats').count(), 0, await page.textContent('.agent-steps'));
   assert.ok((await page.textContent('.agent-steps')).includes('Run the tests first.'), 'streamed text is shown');
   // The changed file is marked and opens in the editor.
   await page.click('.agent-files button[data-path="calendar_utils.py"][data-change="modified"]');
@@ -174,14 +188,34 @@ try {
   results.scripted = { steps: scripted.steps.length, exit: scripted.exit.reason, patch_bytes: patch.length };
   console.log(`  ${await page.textContent('.agent-run-status')}; patch ${patch.length} bytes applies`);
 
+  if (MODEL) {
+    step(`3a. ${basename(MODEL)}: the first step's prompt shows its progress, and Stop ends the run at once`);
+    await romanWithTheModel();
+    await page.fill('.agent-temperature', '0');
+    await page.click('.agent-run');
+    await page.waitForSelector('.agent-step[data-prompt-done]', { timeout: LONG });
+    const reading = await page.evaluate(() => {
+      const s = document.querySelector('.agent-step');
+      return { done: Number(s.dataset.promptDone), total: Number(s.dataset.promptTotal), text: s.querySelector('.agent-step-reading')?.textContent };
+    });
+    console.log(`  ${reading.text}`);
+    assert.match(reading.text, /^Reading the prompt: [\d,]+ \/ [\d,]+ tokens$/);
+    assert.ok(reading.done > 0 && reading.done < reading.total && reading.total > 1000, JSON.stringify(reading));
+    const stopAt = Date.now();
+    await page.click('.agent-stop');
+    await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: LONG });
+    const stopMs = Date.now() - stopAt;
+    assert.equal(await panelState(), 'done', await page.textContent('.agent-run-status'));
+    const aborted = await page.evaluate(() => window.lilypadAgent.panel.trajectory);
+    console.log(`  stopped in ${stopMs} ms: ${await page.textContent('.agent-run-status')}`);
+    assert.equal(aborted.exit.reason, 'aborted', JSON.stringify(aborted.exit));
+    assert.ok(stopMs < 15_000, `Stop took ${stopMs} ms`);
+    results.prompt_stop = { progress: `${reading.done}/${reading.total}`, stop_ms: stopMs };
+  }
+
   if (MODEL && STEPS > 0) {
-    step(`3. ${basename(MODEL)} in the browser engine: ${STEPS} agent steps of at most ${TOKENS} tokens`);
-    await openPage();
-    await page.setInputFiles('.agent-folder', romanCopy);
-    await waitReady();
-    await page.selectOption('.agent-model', 'engine');
-    await page.fill('.agent-model-input', `/models/${basename(MODEL)}`);
-    await page.fill('.agent-task-text', readFileSync(join(examples, 'roman/TASK.md'), 'utf8'));
+    step(`3b. ${basename(MODEL)} in the browser engine: ${STEPS} agent steps of at most ${TOKENS} tokens`);
+    await romanWithTheModel();
     await page.fill('.agent-max-steps', String(STEPS));
     await page.fill('.agent-max-tokens', String(TOKENS));
     await page.fill('.agent-temperature', '0');
@@ -228,7 +262,7 @@ try {
     };
     console.log(`  ${await page.textContent('.agent-run-status')} in ${results.model_run_ms} ms: ${JSON.stringify(results.model.steps)}`);
   } else {
-    step(`3. skipped: ${MODEL ? 'AGENT_E2E_STEPS=0 (scripts/test-extended.sh runs it)' : 'LILYPAD_MODEL is not set'}`);
+    step(`3b. skipped: ${MODEL ? 'AGENT_E2E_STEPS=0 (scripts/test-extended.sh runs it)' : 'LILYPAD_MODEL is not set'}`);
   }
   assert.equal(pageLog.filter((l) => l.startsWith('[pageerror]')).length, 0, pageLog.join('\n'));
   console.log('agent-e2e: all checks passed');

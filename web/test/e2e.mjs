@@ -10,7 +10,11 @@
 // for another model and a missing one must fail with their codes. What train-native writes:
 // SmolLM2 with an adapter it trained must give the native CLI's greedy text with `--lora`
 // (which must differ from the base model's), and the model `train-native export` merged the
-// adapter into must give the CLI's greedy text for that file.
+// adapter into must give the CLI's greedy text for that file. As a user meets the page: the URL
+// field shows only for "Another URL…", the default preset answers the README's question with
+// the native CLI's greedy chat answer without touching the sampling form, and a long prompt shows
+// its progress while it is read and stops within seconds when Stop is pressed (screenshots of
+// those states go to $E2E_SCREENSHOTS).
 //
 // Environment: LILYPAD_MODEL (the GGUF), LILYPAD_BIN (the native `lilypad` binary),
 // LILYPAD_TRAINED (a folder holding a train-native run over LILYPAD_MODEL,
@@ -18,7 +22,7 @@
 // them), CHROMIUM (default /usr/bin/chromium), E2E_RESULTS (a JSON file for the measured figures).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, openSync, readSync, rmSync, statSync, writeFileSync, closeSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, openSync, readSync, rmSync, statSync, writeFileSync, closeSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -43,6 +47,8 @@ const TRAINED_TOKENS = 12;
 assert.ok(BIN, 'set LILYPAD_BIN to the native lilypad binary');
 assert.ok(TRAINED, 'set LILYPAD_TRAINED to a folder with a train-native adapter and export (scripts/test-web.sh)');
 const results = { model: basename(MODEL), model_bytes: statSync(MODEL).size };
+const SHOTS = process.env.E2E_SCREENSHOTS;
+if (SHOTS) mkdirSync(SHOTS, { recursive: true });
 const step = (what) => console.log(`e2e: ${what}`);
 
 // --- The native answer, computed now (never a recorded string).
@@ -57,6 +63,16 @@ const nativeIds = JSON.parse(
 ).ids;
 console.log(`  native: ${JSON.stringify(nativeText)} = ${JSON.stringify(nativeIds)}`);
 results.native_text = nativeText;
+
+step("native greedy chat answer to the README's question");
+const QUESTION = 'What is the capital of France?';
+const nativeChat = execFileSync(BIN, ['chat', '-m', MODEL, '--temperature', '0', '--max-tokens', '256', '-q'], {
+  encoding: 'utf8',
+  input: `${QUESTION}\n`,
+  stdio: ['pipe', 'pipe', 'pipe'],
+}).trim();
+console.log(`  native chat: ${JSON.stringify(nativeChat)}`);
+results.native_chat = nativeChat;
 
 step('native greedy text of the tiny llama, with and without its LoRA adapter');
 const tinyGenerate = (...extra) =>
@@ -116,6 +132,7 @@ const browser = await launchBrowser(chromium);
 const { page, pageLog } = browser;
 
 const state = () => page.evaluate(() => document.body.dataset.state);
+const shot = async (name) => SHOTS && page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 const errorShown = () =>
   page.evaluate(() => ({
     hidden: document.getElementById('error').hidden,
@@ -161,6 +178,16 @@ try {
   const gpu = await page.textContent('#gpu-status');
   console.log(`  ${gpu}`);
   assert.equal(await page.getAttribute('#gpu-status', 'data-ok'), 'true', gpu);
+  assert.equal(await page.getAttribute('#gpu-status', 'data-cpu'), 'true', 'SwiftShader is named a CPU fallback');
+
+  step('the URL field shows only for "Another URL…"');
+  assert.equal(await page.isVisible('#url-row'), false);
+  await page.selectOption('#preset', 'custom');
+  assert.equal(await page.isVisible('#url-row'), true);
+  await page.selectOption('#preset', 'smollm2-135m');
+  assert.equal(await page.isVisible('#url-row'), false);
+  assert.equal(await page.inputValue('#temperature'), '0', 'the 135M preset samples greedily');
+  await shot('idle');
 
   step('LoRA: the tiny llama with its adapter from a folder URL');
   const tinyPath = '/lora/llama-tiny/model/model.gguf';
@@ -261,6 +288,57 @@ try {
   const warmLog = modelRequests();
   assert.deepEqual(warmLog.map((e) => e.method), ['HEAD'], JSON.stringify(warmLog));
   assert.equal(warmLog.reduce((n, e) => n + e.bytes, 0), 0);
+  await shot('ready');
+
+  step("the default preset answers the README's question as the native CLI does");
+  assert.equal(await page.inputValue('#temperature'), '0');
+  await page.selectOption('#mode', 'chat');
+  await page.fill('#input', QUESTION);
+  const asked = await page.locator('.message.assistant').count();
+  await page.press('#input', 'Enter');
+  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', asked, { timeout: LONG });
+  const chatAnswer = (await page.locator('.message.assistant').nth(asked).textContent()).trim();
+  console.log(`  browser chat: ${JSON.stringify(chatAnswer)}`);
+  assert.equal(chatAnswer, nativeChat);
+  results.browser_chat = chatAnswer;
+  await shot('answered');
+
+  step('a long prompt: progress while it is read, Stop (Escape) within seconds');
+  await page.click('#clear');
+  await page.selectOption('#mode', 'raw');
+  await page.fill('#max-tokens', '8');
+  await page.fill('#input', 'The quick brown fox jumps over the lazy dog. '.repeat(60));
+  const longReply = await page.locator('.message.assistant').count();
+  const sentAt = Date.now();
+  await page.click('#send');
+  await page.waitForFunction((n) => Number(document.querySelectorAll('.message.assistant')[n]?.dataset.promptReports ?? 0) >= 2, longReply, { timeout: LONG });
+  const readingMs = Date.now() - sentAt;
+  const reading = await page.evaluate((n) => ({
+    stats: document.getElementById('stats').textContent,
+    progress: document.querySelectorAll('.message.assistant')[n].dataset.reading,
+  }), longReply);
+  console.log(`  after ${readingMs} ms: ${reading.stats} (${reading.progress})`);
+  assert.match(reading.stats, /^Reading the prompt: [\d,]+ \/ [\d,]+ tokens/);
+  const [readDone, readTotal] = reading.progress.split('/').map(Number);
+  assert.ok(readDone > 0 && readDone < readTotal, reading.progress);
+  await shot('reading-prompt');
+  const stopAt = Date.now();
+  await page.keyboard.press('Escape');
+  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', longReply, { timeout: LONG });
+  const stopMs = Date.now() - stopAt;
+  const stopped = await page.evaluate((n) => {
+    const r = document.querySelectorAll('.message.assistant')[n];
+    return { finish: r.dataset.finish, stopped: r.classList.contains('stopped'), text: r.textContent, state: document.body.dataset.state, stats: document.getElementById('stats').textContent };
+  }, longReply);
+  console.log(`  stopped in ${stopMs} ms: ${stopped.stats}`);
+  assert.equal(stopped.finish, 'abort');
+  assert.ok(stopped.stopped, 'the reply is marked as stopped');
+  assert.equal(stopped.text, '', 'no token before the prompt was read');
+  assert.equal(stopped.state, 'ready');
+  assert.ok(stopMs < 15_000, `Stop took ${stopMs} ms`);
+  results.prompt_stop = { reports_after_ms: readingMs, progress: reading.progress, stop_ms: stopMs };
+  await shot('stopped');
+
   const again = await generate(PROMPT, { raw: true, maxTokens: MAX_TOKENS });
   assert.deepEqual(again.tokens, nativeIds);
   results.cached_load_ms = warm.ms;

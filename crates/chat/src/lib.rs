@@ -4,8 +4,8 @@
 
 use lilypad_engine::{Batch, BatchEvent, DoneReason, EngineError, Model, SamplingParams};
 use lilypad_lm::{
-    Completion, FinishReason, LanguageModel, Message, ModelError, Request, Role, Sampling,
-    TokenSink,
+    Completion, FinishReason, LanguageModel, Message, ModelError, ProgressSink, PromptProgress,
+    Request, Role, Sampling, TokenSink,
 };
 use lilypad_tokenizer::{ChatTemplate, TemplateValue, TextTokenizer};
 use serde_json::Value;
@@ -148,11 +148,14 @@ impl ChatSession {
         prompt: &str,
         sampling: Sampling,
         max_tokens: usize,
+        on_prompt: &mut ProgressSink<'_>,
         on_text: &mut TokenSink<'_>,
     ) -> Result<(Completion, Vec<u32>), ModelError> {
         self.previous = None;
         let prompt = self.encode(prompt)?;
-        let (completion, mut tokens) = self.run(&prompt, sampling, max_tokens, on_text).await?;
+        let (completion, mut tokens) = self
+            .run(&prompt, sampling, max_tokens, 0, on_prompt, on_text)
+            .await?;
         if tokens.last().is_some_and(|&id| self.tok.is_stop(id)) {
             tokens.pop();
         }
@@ -274,12 +277,16 @@ impl ChatSession {
     }
 
     /// Generates after `prompt`, streaming text to `on_text`; returns the completion and every
-    /// generated token id (an end-of-turn token included).
+    /// generated token id (an end-of-turn token included). `opened` prompt tokens were
+    /// evaluated just before (the conversation's opening), and count in the progress reported
+    /// to `on_prompt`.
     async fn run(
         &mut self,
         prompt: &[u32],
         sampling: Sampling,
         max_tokens: usize,
+        opened: usize,
+        on_prompt: &mut ProgressSink<'_>,
         on_text: &mut TokenSink<'_>,
     ) -> Result<(Completion, Vec<u32>), ModelError> {
         let capacity = self.model.context as usize;
@@ -303,28 +310,41 @@ impl ChatSession {
         let mut stopped_by_caller = false;
         let mut detok_error = None;
         let tok = &self.tok;
+        let mut on_prompt = |done, total| {
+            on_prompt(PromptProgress {
+                done: opened + done,
+                total: opened + total,
+            })
+        };
         let generation = self
             .model
-            .generate(prompt, &sp, max_tokens, &|id| tok.is_stop(id), &mut |id| {
-                first.get_or_insert_with(Instant::now);
-                if tok.is_stop(id) {
-                    return false;
-                }
-                match detok.push(id) {
-                    Ok(piece) => {
-                        text.push_str(&piece);
-                        if !piece.is_empty() && !on_text(&piece) {
-                            stopped_by_caller = true;
-                            return false;
+            .generate_observed(
+                prompt,
+                &sp,
+                max_tokens,
+                &|id| tok.is_stop(id),
+                &mut on_prompt,
+                &mut |id| {
+                    first.get_or_insert_with(Instant::now);
+                    if tok.is_stop(id) {
+                        return false;
+                    }
+                    match detok.push(id) {
+                        Ok(piece) => {
+                            text.push_str(&piece);
+                            if !piece.is_empty() && !on_text(&piece) {
+                                stopped_by_caller = true;
+                                return false;
+                            }
+                            true
                         }
-                        true
+                        Err(e) => {
+                            detok_error = Some(e.to_string());
+                            false
+                        }
                     }
-                    Err(e) => {
-                        detok_error = Some(e.to_string());
-                        false
-                    }
-                }
-            })
+                },
+            )
             .await
             .map_err(engine_error)?;
         if let Some(e) = detok_error {
@@ -338,7 +358,7 @@ impl ChatSession {
             .is_some_and(|&id| self.tok.is_stop(id));
         let finish = if ended {
             FinishReason::Stop
-        } else if stopped_by_caller {
+        } else if stopped_by_caller || generation.prompt_stopped {
             FinishReason::Aborted
         } else if generation.tokens.len() >= max_tokens {
             FinishReason::Length
@@ -384,26 +404,28 @@ impl ChatSession {
     /// With a prefix store, puts the state after the request's system message into the
     /// model: from the store when it has it, else evaluated now and saved. Nothing to do
     /// when the model already holds that opening (a later turn of the same conversation).
-    /// Returns the tokens evaluated.
+    /// Returns the tokens evaluated, and whether `on_prompt` stopped it before the end of the
+    /// opening (nothing is saved then).
     async fn open_from_store(
         &mut self,
         req: &Request<'_>,
         prompt: &[u32],
-    ) -> Result<usize, ModelError> {
+        on_prompt: &mut ProgressSink<'_>,
+    ) -> Result<(usize, bool), ModelError> {
         if self.prefix_store.is_none()
             || req.messages.first().is_none_or(|m| m.role != Role::System)
         {
-            return Ok(0);
+            return Ok((0, false));
         }
         let opening = self.render(&req.messages[..1], req.tools, false, req.enable_thinking)?;
         let opening = self.encode(&opening)?;
         // The opening must tokenize as the prompt's start, and leave a token to evaluate.
         if opening.is_empty() || opening.len() >= prompt.len() || !prompt.starts_with(&opening) {
-            return Ok(0);
+            return Ok((0, false));
         }
         let held = self.model.tokens();
         if held.len() >= opening.len() && held.starts_with(&opening) {
-            return Ok(0);
+            return Ok((0, false));
         }
         let key = prefix::key(&self.model, &opening);
         self.previous = None;
@@ -411,20 +433,28 @@ impl ChatSession {
         if let Some(state) = store.load(&key) {
             // A state that does not load (truncated, another layout) is computed again.
             if self.model.load_state(&state).is_ok() && self.model.tokens() == opening {
-                return Ok(0);
+                return Ok((0, false));
             }
         }
-        self.model.reset();
-        self.model
-            .eval(&opening, lilypad_engine::Logits::None)
+        // Part of the opening may be held (a request stopped while reading it): only the
+        // rest is evaluated. The prompt after the opening follows at once, so progress
+        // counts it too.
+        let rest = self.model.reuse_prefix(&opening).to_vec();
+        let total = prompt.len() - (opening.len() - rest.len());
+        let evaluated = self
+            .model
+            .prefill(&rest, &mut |done| on_prompt(PromptProgress { done, total }))
             .await
             .map_err(engine_error)?;
+        if evaluated < rest.len() {
+            return Ok((evaluated, true));
+        }
         let state = self.model.save_state().await.map_err(engine_error)?;
         self.prefix_store
             .as_mut()
             .expect("checked above")
             .save(&key, &state);
-        Ok(opening.len())
+        Ok((rest.len(), false))
     }
 
     fn encode(&self, text: &str) -> Result<Vec<u32>, ModelError> {
@@ -571,15 +601,52 @@ impl LanguageModel for ChatSession {
         req: &Request<'_>,
         on_text: &mut TokenSink<'_>,
     ) -> Result<Completion, ModelError> {
+        self.complete_observed(req, &mut |_| true, on_text).await
+    }
+}
+
+impl ChatSession {
+    /// [`LanguageModel::complete`], reporting how far the model has read the prompt to
+    /// `on_prompt` while it reads a long one (the conversation's opening included); it
+    /// returning false stops before the first token, with [`FinishReason::Aborted`].
+    pub async fn complete_observed(
+        &mut self,
+        req: &Request<'_>,
+        on_prompt: &mut ProgressSink<'_>,
+        on_text: &mut TokenSink<'_>,
+    ) -> Result<Completion, ModelError> {
         let (prompt_text, prompt) = self.prompt_tokens(req)?;
         let start = Instant::now();
-        let opened = self.open_from_store(req, &prompt).await?;
+        let (opened, stopped) = self.open_from_store(req, &prompt, on_prompt).await?;
         let opening_ms = start.elapsed().as_secs_f64() * 1e3;
+        if stopped {
+            return Ok(Completion {
+                text: String::new(),
+                finish: FinishReason::Aborted,
+                prompt_tokens: prompt.len(),
+                prefilled_tokens: opened,
+                generated_tokens: 0,
+                prefill_ms: opening_ms,
+                decode_ms: 0.0,
+            });
+        }
         let (mut completion, generated) = self
-            .run(&prompt, req.sampling, req.max_tokens, on_text)
+            .run(
+                &prompt,
+                req.sampling,
+                req.max_tokens,
+                opened,
+                on_prompt,
+                on_text,
+            )
             .await?;
         completion.prefill_ms += opening_ms;
         completion.prefilled_tokens += opened;
+        if completion.finish == FinishReason::Aborted && generated.is_empty() {
+            // Stopped while reading the prompt: the model holds part of it, no reply.
+            self.previous = None;
+            return Ok(completion);
+        }
         let ended = generated.last().is_some_and(|&id| self.tok.is_stop(id));
         self.transcript.record(&prompt, &generated);
         let mut seen = prompt;

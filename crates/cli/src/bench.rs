@@ -215,6 +215,26 @@ pub fn run(
         prefill,
         prefilled as f64 / prefill
     );
+    // The same prompt read as a stoppable prompt is (steps sized by their measured cost,
+    // each reported before the next is queued): what that costs against all at once.
+    model.reset();
+    let mut steps = 0;
+    let t = Instant::now();
+    pollster::block_on(model.prefill(&prompt[..prefilled], &mut |_| {
+        steps += 1;
+        true
+    }))?;
+    let stoppable = t.elapsed().as_secs_f64();
+    println!(
+        "prefill in reported steps: {:.2} s = {:.1} tok/s ({:.2}x all at once), {steps} steps, \
+         {:.2} s between reports",
+        stoppable,
+        prefilled as f64 / stoppable,
+        prefill / stoppable,
+        stoppable / steps.max(1) as f64,
+    );
+    model.reset();
+    pollster::block_on(model.eval(&prompt[..prefilled], Logits::None))?;
     // Decode with each depth of queued steps, from the same prefilled state (a snapshot:
     // recurrent models cannot rewind): depth 1 reads every token back before the next step.
     let state = pollster::block_on(model.snapshot())?;

@@ -326,6 +326,35 @@ impl GpuContext {
         self.adapter.device_type == "Cpu"
     }
 
+    /// Submits `encoder`; the returned handle resolves once the GPU has run it (and all that
+    /// was submitted before it), for callers that wait on their own work without a read-back.
+    pub fn submit_tracked(&self, encoder: wgpu::CommandEncoder) -> Submitted {
+        let index = self.queue.submit([encoder.finish()]);
+        let (tx, done) = flume::bounded(1);
+        self.queue.on_submitted_work_done(move || {
+            let _ = tx.send(());
+        });
+        Submitted { index, done }
+    }
+
+    /// Waits until `work` has run: natively polls the device for that submission only; in the
+    /// browser the queue's promise settles from the event loop, which meanwhile serves the
+    /// page's other messages (an abort, say).
+    pub async fn finished(&self, work: Submitted) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Err(e) = self.device.poll(wgpu::PollType::Wait {
+            submission_index: Some(work.index),
+            timeout: None,
+        }) {
+            // A lost device fails the submission: say that, not the wait's complaint.
+            self.check()?;
+            return Err(EngineError::Readback(e.to_string()));
+        }
+        let done = work.done.recv_async().await;
+        self.check()?;
+        done.map_err(|e| EngineError::Readback(e.to_string()))
+    }
+
     /// Waits for submitted work (natively); used by benchmarks.
     pub fn wait(&self) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
@@ -334,6 +363,14 @@ impl GpuContext {
             .map_err(|e| EngineError::Readback(e.to_string()))?;
         self.check()
     }
+}
+
+/// Work submitted by [`GpuContext::submit_tracked`], to wait for with
+/// [`GpuContext::finished`].
+pub struct Submitted {
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    index: wgpu::SubmissionIndex,
+    done: flume::Receiver<()>,
 }
 
 async fn pick_adapter(instance: &wgpu::Instance, opts: &AdapterOptions) -> Result<wgpu::Adapter> {

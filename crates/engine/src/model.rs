@@ -2,6 +2,7 @@
 //! of up to `max_batch` tokens recorded into one compute pass, logits or GPU sampling, prefix
 //! reuse and sequence snapshots. The architectures themselves live in `crate::models`.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use lilypad_gguf::peft::{LoraAdapter, LoraTensor};
@@ -9,7 +10,7 @@ use lilypad_gguf::{ByteSource, GgufFile};
 
 use crate::activations::{ActivationMode, ActivationStore};
 use crate::error::{EngineError, Result, human_bytes};
-use crate::gpu::GpuContext;
+use crate::gpu::{GpuContext, Submitted};
 use crate::graph::GraphIo;
 use crate::kernels::Dispatch;
 use crate::models::blocks::{Loader, check_tensors};
@@ -922,6 +923,64 @@ impl Model {
         Ok(out)
     }
 
+    /// Evaluates `tokens` after sequence 0's cached ones, without logits, for a long prompt
+    /// that the caller may give up on: `on_progress(evaluated)` is called after each step the
+    /// GPU has finished, and when it returns false no further step is queued. Steps are sized
+    /// to take about [`PREFILL_STEP_SECONDS`] (from 8 tokens up to `max_batch`, measured as
+    /// they run: a CPU fallback reads 8 tokens in seconds, a GPU `max_batch` in milliseconds),
+    /// with one more queued behind the one running once their cost is known, so a stop takes
+    /// effect within about two steps. Returns the tokens evaluated (a prefix of `tokens`,
+    /// which the sequence then holds, so a later prompt that starts the same way goes on from
+    /// there).
+    pub async fn prefill(
+        &mut self,
+        tokens: &[u32],
+        on_progress: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<usize> {
+        self.check_tokens(tokens)?;
+        let tile = PREFILL_TILE as usize;
+        let max = (self.max_batch as usize).max(1);
+        // The first step is small: until it is timed, nothing says how slow the adapter is.
+        let mut size = tile.min(max);
+        let mut timed = false;
+        let mut queued: VecDeque<(usize, usize, Submitted)> = VecDeque::with_capacity(2);
+        let mut submitted = 0;
+        let mut last_done = web_time::Instant::now();
+        loop {
+            let depth = if timed { 2 } else { 1 };
+            if queued.len() < depth && submitted < tokens.len() {
+                let chunk = &tokens[submitted..tokens.len().min(submitted + size)];
+                let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+                self.encode_step(&mut encoder, 0, chunk, Logits::None);
+                if queued.is_empty() {
+                    last_done = web_time::Instant::now();
+                }
+                submitted += chunk.len();
+                queued.push_back((submitted, chunk.len(), self.ctx.submit_tracked(encoder)));
+                self.seqs[0].extend_from_slice(chunk);
+                continue;
+            }
+            let Some((evaluated, n, work)) = queued.pop_front() else {
+                return Ok(submitted);
+            };
+            if let Err(e) = self.ctx.finished(work).await {
+                self.seqs[0].clear();
+                return Err(e);
+            }
+            // The step ran from the later of its submission and the previous step's end.
+            let now = web_time::Instant::now();
+            let per_token = now.duration_since(last_done).as_secs_f64() / n as f64;
+            last_done = now;
+            let fits = (PREFILL_STEP_SECONDS / per_token.max(1e-9)) as usize;
+            size = (fits / tile * tile).clamp(tile.min(max), max);
+            timed = true;
+            if !on_progress(evaluated) {
+                // What is queued still runs and counts; nothing more is queued.
+                return Ok(submitted);
+            }
+        }
+    }
+
     /// Log-probabilities of given tokens, computed on the GPU: evaluates `tokens` after the
     /// sequence's cached ones and returns log p(targets[i] | cached, tokens[..=i]) for each i.
     /// One float per token comes back, never the logits (what a policy-gradient loss and its
@@ -1147,6 +1206,23 @@ impl Model {
         is_stop: &dyn Fn(u32) -> bool,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<Generation> {
+        self.generate_observed(prompt, sp, max_tokens, is_stop, &mut |_, _| true, on_token)
+            .await
+    }
+
+    /// [`Model::generate`], reporting the prompt's progress: `on_prompt(evaluated, pending)`
+    /// as steps of a long prompt finish, where `pending` is what the cache did not hold.
+    /// Returning false stops before the first token ([`Generation::prompt_stopped`]); the
+    /// sequence keeps the prompt tokens evaluated so far.
+    pub async fn generate_observed(
+        &mut self,
+        prompt: &[u32],
+        sp: &SamplingParams,
+        max_tokens: usize,
+        is_stop: &dyn Fn(u32) -> bool,
+        on_prompt: &mut dyn FnMut(usize, usize) -> bool,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<Generation> {
         sp.validate()?;
         self.check_prompt(prompt)?;
         let mut rng = Rng::new(sp.seed);
@@ -1155,9 +1231,29 @@ impl Model {
         let mut history = prompt.to_vec();
         let mut out = Vec::new();
         if max_tokens > 0 {
-            // The prompt's step is read back at once (it is long anyway); the decode steps
-            // after it are queued ahead of the host.
-            let first = self.next_token(&pending, sp, &mut rng, &history).await?;
+            // All but the last step of the prompt report their progress; the last one samples
+            // the first token and is read back at once. The decode steps after it are queued
+            // ahead of the host.
+            let last = pending.len().min(self.max_batch as usize);
+            let (head, tail) = pending.split_at(pending.len() - last);
+            let total = pending.len();
+            let mut going = true;
+            let evaluated = self
+                .prefill(head, &mut |n| {
+                    going = on_prompt(n, total);
+                    going
+                })
+                .await?;
+            if !going {
+                return Ok(Generation {
+                    tokens: out,
+                    prompt_evaluated: evaluated,
+                    prompt_reused: reused,
+                    prompt_stopped: true,
+                });
+            }
+            let first = self.next_token(tail, sp, &mut rng, &history).await?;
+            on_prompt(total, total);
             out.push(first);
             history.push(first);
             if on_token(first) && !is_stop(first) {
@@ -1183,6 +1279,7 @@ impl Model {
             tokens: out,
             prompt_evaluated: pending.len(),
             prompt_reused: reused,
+            prompt_stopped: false,
         })
     }
 }
@@ -1211,6 +1308,10 @@ pub struct StepProfile {
     pub span: f64,
 }
 
+/// What one step of a prompt read by [`Model::prefill`] should take: long enough that the
+/// steps' fixed costs do not matter, short enough that a stop takes effect soon.
+pub const PREFILL_STEP_SECONDS: f64 = 0.5;
+
 /// What [`Model::generate`] did.
 #[derive(Clone, Debug)]
 pub struct Generation {
@@ -1218,6 +1319,8 @@ pub struct Generation {
     /// Prompt tokens evaluated now (the rest came from the cache).
     pub prompt_evaluated: usize,
     pub prompt_reused: usize,
+    /// The caller stopped it while the prompt was evaluated: no token was sampled.
+    pub prompt_stopped: bool,
 }
 
 /// The decode graph (tile 1), the prefill graph and, with several sequence slots, the

@@ -7,5 +7,6 @@ mod model;
 
 pub use message::{Message, Role, ToolCall};
 pub use model::{
-    Completion, FinishReason, LanguageModel, ModelError, Request, Sampling, TokenSink,
+    Completion, FinishReason, LanguageModel, ModelError, ProgressSink, PromptProgress, Request,
+    Sampling, TokenSink,
 };

@@ -77,6 +77,17 @@ pub enum ModelError {
 /// Streams tokens as they are generated; returning false stops generation.
 pub type TokenSink<'a> = dyn FnMut(&str) -> bool + 'a;
 
+/// How far the model has read a prompt: `done` of the `total` tokens it has to evaluate
+/// (those its cached state did not hold).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptProgress {
+    pub done: usize,
+    pub total: usize,
+}
+
+/// Hears of a long prompt's progress; returning false stops before the first token.
+pub type ProgressSink<'a> = dyn FnMut(PromptProgress) -> bool + 'a;
+
 pub trait LanguageModel {
     /// A short name for trajectories (e.g. the model file's name).
     fn name(&self) -> String;

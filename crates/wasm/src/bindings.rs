@@ -13,7 +13,7 @@ use lilypad_engine::{
     AdapterOptions, EngineError, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions,
 };
 use lilypad_gguf::GgufFile;
-use lilypad_lm::{LanguageModel, Request};
+use lilypad_lm::{PromptProgress, Request};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -227,6 +227,21 @@ fn text_sink(on_text: &Function) -> impl FnMut(&str) -> bool + '_ {
     }
 }
 
+/// Reports a long prompt's progress to a JS callback as `(done, total)`; the callback
+/// returning `false` stops before the first token.
+fn progress_sink(on_prompt: &Function) -> impl FnMut(PromptProgress) -> bool + '_ {
+    move |p: PromptProgress| {
+        on_prompt
+            .call2(
+                &JsValue::NULL,
+                &JsValue::from_f64(p.done as f64),
+                &JsValue::from_f64(p.total as f64),
+            )
+            .map(|keep| keep.as_bool() != Some(false))
+            .unwrap_or(false)
+    }
+}
+
 #[wasm_bindgen]
 impl Engine {
     /// Adapter, features, limits, model shape and GPU memory.
@@ -237,8 +252,10 @@ impl Engine {
     }
 
     /// A chat completion: `{ messages, tools?, max_tokens?, temperature?, top_p?, top_k?, seed? }`.
-    /// Resolves to a generation result; text pieces go to `on_text` as they are decoded.
-    pub fn chat(&self, request: JsValue, on_text: Function) -> Promise {
+    /// Resolves to a generation result; text pieces go to `on_text` as they are decoded, and
+    /// `(done, total)` prompt tokens to `on_prompt` while a long prompt is read (either one
+    /// returning `false` stops, with finish reason `abort`).
+    pub fn chat(&self, request: JsValue, on_prompt: Function, on_text: Function) -> Promise {
         let session = self.session.clone();
         let gpu = self.gpu.clone();
         future_to_promise(async move {
@@ -252,7 +269,15 @@ impl Engine {
                 max_tokens: req.params.max_tokens()?,
                 enable_thinking: req.enable_thinking,
             };
-            let completion = match s.chat.complete(&request, &mut text_sink(&on_text)).await {
+            let completion = match s
+                .chat
+                .complete_observed(
+                    &request,
+                    &mut progress_sink(&on_prompt),
+                    &mut text_sink(&on_text),
+                )
+                .await
+            {
                 Ok(c) => c,
                 Err(e) => return Err(lost_or(&gpu, e.into()).await.into()),
             };
@@ -261,8 +286,8 @@ impl Engine {
     }
 
     /// A raw completion: `{ prompt, max_tokens?, … }`, no chat template; the result carries the
-    /// generated token ids.
-    pub fn complete(&self, request: JsValue, on_text: Function) -> Promise {
+    /// generated token ids. Callbacks as for `chat`.
+    pub fn complete(&self, request: JsValue, on_prompt: Function, on_text: Function) -> Promise {
         let session = self.session.clone();
         let gpu = self.gpu.clone();
         future_to_promise(async move {
@@ -275,6 +300,7 @@ impl Engine {
                     &req.prompt,
                     req.params.sampling()?,
                     req.params.max_tokens()?,
+                    &mut progress_sink(&on_prompt),
                     &mut text_sink(&on_text),
                 )
                 .await;

@@ -3,7 +3,7 @@
  * chat sessions (the conversation's state stays in the engine between steps, so each step
  * evaluates only its new tokens) or a scripted list of replies (tests, demos, replays).
  */
-import type { ChatMessage, Engine, EngineInfo, Progress } from '../lib/index';
+import type { ChatMessage, Engine, EngineInfo, Progress, PromptProgress } from '../lib/index';
 import type { ModelHost } from './wasm/lilypad_agent_wasm.js';
 
 type ModelRequest = Parameters<ModelHost['complete']>[0];
@@ -33,13 +33,23 @@ export function toChatMessages(messages: unknown[]): ChatMessage[] {
   });
 }
 
+/** A model the panel can stop at any moment and hear reading its prompt. */
+export interface EngineModelHost extends ModelHost {
+  /** Stops the request in flight, also while the model reads its prompt. */
+  abort(): void;
+  /** Told how far the model has read each step's prompt (set by the panel). */
+  onPromptProgress?: (p: PromptProgress) => void;
+}
+
 /** A model loaded in the browser engine (createEngine); `info` is its `engine.info()`. */
-export function engineModel(engine: Engine, info: EngineInfo): ModelHost {
-  return {
+export function engineModel(engine: Engine, info: EngineInfo): EngineModelHost {
+  const host: EngineModelHost = {
     name: info.model.name,
     contextLength: info.model.context,
+    abort: () => engine.abort(),
     async complete(req: ModelRequest, onText: (text: string) => boolean): Promise<ModelReply> {
       const stream = await engine.chat.completions.create({
+        onPromptProgress: (p) => host.onPromptProgress?.(p),
         messages: toChatMessages(req.messages),
         tools: req.tools,
         stream: true,
@@ -76,6 +86,7 @@ export function engineModel(engine: Engine, info: EngineInfo): ModelHost {
       };
     },
   };
+  return host;
 }
 
 /** The panel's "scripted" choice: replies typed as a JSON array of strings. */

@@ -5,6 +5,7 @@
  * (models and saving files), so the playground page and the VS Code webview mount the same panel.
  */
 import { FileEditor, PatchView } from './editor';
+import type { EngineModelHost } from './models';
 import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type TerminalHost, type Trajectory } from './session';
 
 export interface ModelChoice {
@@ -103,7 +104,22 @@ export class AgentPanel {
     this.$('.agent-download-trajectory').onclick = () =>
       this.host.save('trajectory.json', `${JSON.stringify(this.trajectory, null, 2)}\n`, 'application/json');
     this.$('.agent-run').onclick = () => void this.run();
-    this.$('.agent-stop').onclick = () => this.session?.stop();
+    this.$('.agent-stop').onclick = () => this.stop();
+    // Escape stops a run, as the Stop button does.
+    root.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && this.session?.isRunning) this.stop();
+    });
+  }
+
+  /** The model of the run in progress. */
+  private model?: Partial<EngineModelHost>;
+
+  /** Ends the run: at once, also while the model is still reading a step's prompt. */
+  stop() {
+    if (!this.session?.isRunning) return;
+    this.session.stop();
+    this.model?.abort?.();
+    this.setStatus('.agent-run-status', 'Stopping…');
   }
 
   private $<T extends HTMLElement = HTMLElement>(selector: string): T {
@@ -249,6 +265,8 @@ export class AgentPanel {
       return;
     }
     this.setStatus('.agent-run-status', `Running with ${model.name}…`);
+    this.model = model as Partial<EngineModelHost>;
+    if ('abort' in model) this.model.onPromptProgress = (p) => this.promptProgress(p.done, p.total);
     const run = s.run(task, model, this.settings(), (e) => this.onEvent(e), this.host.terminal?.());
     this.refresh();
     try {
@@ -261,12 +279,25 @@ export class AgentPanel {
     } catch (e) {
       this.root.dataset.state = 'error';
       this.setStatus('.agent-run-status', `The run failed: ${(e as Error).message ?? e}`, true);
+    } finally {
+      if (this.model) this.model.onPromptProgress = undefined;
+      this.model = undefined;
     }
     this.refresh();
     return this.trajectory;
   }
 
-  private currentStep?: { output: HTMLElement; calls: HTMLElement };
+  private currentStep?: { item: HTMLElement; output: HTMLElement; calls: HTMLElement; reading?: HTMLElement };
+
+  /** The step's prompt being read: minutes for a long one on a slow adapter. */
+  private promptProgress(done: number, total: number) {
+    const step = this.currentStep;
+    if (!step || step.output.textContent) return;
+    step.reading ??= step.item.insertBefore(Object.assign(document.createElement('p'), { className: 'agent-step-reading' }), step.output);
+    step.reading.textContent = `Reading the prompt: ${done.toLocaleString('en')} / ${total.toLocaleString('en')} tokens`;
+    step.item.dataset.promptDone = String(done);
+    step.item.dataset.promptTotal = String(total);
+  }
 
   private onEvent(e: AgentEvent) {
     switch (e.type) {
@@ -280,10 +311,11 @@ export class AgentPanel {
         calls.className = 'agent-step-calls';
         li.append(output, calls);
         this.$('.agent-steps').append(li);
-        this.currentStep = { output, calls };
+        this.currentStep = { item: li, output, calls };
         break;
       }
       case 'text':
+        this.currentStep?.reading?.remove();
         this.currentStep?.output.append(e.text);
         break;
       case 'tool': {
@@ -319,13 +351,21 @@ export class AgentPanel {
         const step = e.trajectory.steps.at(-1);
         const li = step && this.$(`.agent-step[data-index="${step.index}"]`);
         if (step && li && !li.querySelector('.agent-step-stats')) {
-          const rate = (tokens: number, ms: number) => (ms > 0 ? `${((tokens * 1e3) / ms).toFixed(1)} tok/s` : '–');
-          const stats = document.createElement('p');
-          stats.className = 'agent-step-stats';
-          stats.textContent =
-            `prefill ${step.prefilled_tokens} of ${step.prompt_tokens} tokens at ${rate(step.prefilled_tokens, step.prefill_ms)} · ` +
-            `decode ${step.generated_tokens} tokens at ${rate(step.generated_tokens, step.decode_ms)}`;
-          li.append(stats);
+          // Only what was measured: scripted replies have no prompt and no timings.
+          const rate = (tokens: number, ms: number) => `${((tokens * 1e3) / ms).toFixed(1)} tok/s`;
+          const parts = [];
+          if (step.prompt_tokens > 0) {
+            const read = step.prefilled_tokens < step.prompt_tokens ? `${step.prefilled_tokens} new of ${step.prompt_tokens}` : `${step.prompt_tokens}`;
+            parts.push(`prompt ${read} tokens${step.prefill_ms > 0 && step.prefilled_tokens > 0 ? ` at ${rate(step.prefilled_tokens, step.prefill_ms)}` : ''}`);
+          }
+          if (step.decode_ms > 0) parts.push(`reply ${step.generated_tokens} tokens at ${rate(step.generated_tokens, step.decode_ms)}`);
+          if (step.finish === 'aborted') parts.push('stopped');
+          if (parts.length) {
+            const stats = document.createElement('p');
+            stats.className = 'agent-step-stats';
+            stats.textContent = parts.join(' · ');
+            li.append(stats);
+          }
         }
         this.refresh();
         break;

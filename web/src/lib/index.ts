@@ -15,7 +15,7 @@ import { LilypadError, errorData, toError } from './errors';
 import { opfsStore } from './opfs';
 import { type LoraAdapter, resolveLora } from './lora';
 import type {
-  FromWorker, GenerationResult, LoadOptions, LoraInfo, LoraSource, ModelSource, Progress, ToWorker,
+  FromWorker, GenerationResult, LoadOptions, LoraInfo, LoraSource, ModelSource, Progress, PromptProgress, ToWorker,
   WireChatRequest, WireMessage, WireParams,
 } from './protocol';
 import { cacheKey } from './ranges';
@@ -23,7 +23,7 @@ import { cacheKey } from './ranges';
 export { LilypadError } from './errors';
 export type { ErrorCode } from './errors';
 export type { CachedModel } from './cache';
-export type { GenerationResult, LoadOptions, LoraInfo, Progress } from './protocol';
+export type { GenerationResult, LoadOptions, LoraInfo, Progress, PromptProgress } from './protocol';
 export type { AdapterFile, LoraAdapter } from './lora';
 export { loraFromFiles } from './lora';
 
@@ -69,7 +69,17 @@ export interface SamplingOptions {
   seed?: number;
 }
 
-export interface ChatCompletionRequest extends SamplingOptions {
+/** Options of a request that are not sent to the model. */
+export interface RequestHooks {
+  /**
+   * Called after each step of a long prompt (tokens the engine's cached conversation did not
+   * hold): `{ done, total }`. A prompt of a few dozen tokens takes one step and reports once.
+   * `engine.abort()` takes effect at the next report.
+   */
+  onPromptProgress?: (p: PromptProgress) => void;
+}
+
+export interface ChatCompletionRequest extends SamplingOptions, RequestHooks {
   messages: ChatMessage[];
   /** OpenAI function schemas, shown to the model through its chat template. */
   tools?: unknown[];
@@ -77,7 +87,7 @@ export interface ChatCompletionRequest extends SamplingOptions {
   enable_thinking?: boolean;
 }
 
-export interface CompletionRequest extends SamplingOptions {
+export interface CompletionRequest extends SamplingOptions, RequestHooks {
   /** Raw text; special tokens written in it (`<|im_start|>`) are parsed. No chat template. */
   prompt: string;
   stream?: boolean;
@@ -243,6 +253,7 @@ interface Pending {
   reject(error: unknown): void;
   onText?(text: string): void;
   onProgress?(p: Progress): void;
+  onPrompt?(p: PromptProgress): void;
 }
 
 /** A worker request before it gets its id. */
@@ -292,6 +303,9 @@ export class Engine {
       case 'text':
         p.onText?.(m.text);
         break;
+      case 'prompt':
+        p.onPrompt?.(m.progress);
+        break;
       case 'result':
         this.pending.delete(m.id);
         p.resolve(m.value);
@@ -325,12 +339,13 @@ export class Engine {
   private async run<T>(
     type: 'chat' | 'complete',
     request: object,
-    stream: boolean | undefined,
+    hooks: RequestHooks & { stream?: boolean },
     chunk: (text: string | null, result?: GenerationResult) => T,
   ): Promise<GenerationResult | AsyncIterable<T>> {
-    if (!stream) return (await this.call({ type, request } as Request)) as GenerationResult;
+    const onPrompt = hooks.onPromptProgress;
+    if (!hooks.stream) return (await this.call({ type, request } as Request, { onPrompt })) as GenerationResult;
     const channel = new Channel<T>();
-    this.call({ type, request } as Request, { onText: (text) => channel.push(chunk(text)) }).then(
+    this.call({ type, request } as Request, { onPrompt, onText: (text) => channel.push(chunk(text)) }).then(
       (result) => {
         channel.push(chunk(null, result as GenerationResult));
         channel.close();
@@ -351,7 +366,7 @@ export class Engine {
       ...wireParams(req),
     });
     let first = true;
-    const out = await this.run('chat', request, req.stream, (text, result): ChatCompletionChunk => {
+    const out = await this.run('chat', request, req, (text, result): ChatCompletionChunk => {
       const delta: ChatCompletionChunk['choices'][0]['delta'] = text === null ? {} : { content: text };
       if (first) delta.role = 'assistant';
       first = false;
@@ -374,7 +389,7 @@ export class Engine {
     const id = newId('cmpl');
     const created = Math.floor(Date.now() / 1000);
     const model = this.modelName;
-    const out = await this.run('complete', { prompt: req.prompt, ...wireParams(req) }, req.stream,
+    const out = await this.run('complete', { prompt: req.prompt, ...wireParams(req) }, req,
       (text, result): CompletionChunk => ({
         id, object: 'text_completion', created, model,
         choices: [{ index: 0, text: text ?? '', finish_reason: result?.finish_reason ?? null }],
@@ -390,7 +405,10 @@ export class Engine {
     } satisfies Completion;
   }
 
-  /** Stops the running download or generation; a generation resolves with finish_reason "abort". */
+  /**
+   * Stops the running download or generation, also while it reads its prompt (at the end of
+   * the prompt's current step); a generation resolves with finish_reason "abort".
+   */
   abort(): void {
     this.worker.postMessage({ type: 'abort' } satisfies ToWorker);
   }

@@ -47,6 +47,12 @@ export type Progress =
     }
   | { phase: 'ready'; fromCache: boolean; seconds: number };
 
+/** How far the model has read a long prompt: `done` of the `total` tokens its cached state lacked. */
+export interface PromptProgress {
+  done: number;
+  total: number;
+}
+
 /** What the engine's wasm side takes for a request (snake_case, as in OpenAI's API). */
 export interface WireMessage {
   role: 'system' | 'user' | 'assistant' | 'tool';
@@ -96,5 +102,6 @@ export type ToWorker =
 export type FromWorker =
   | { id: number; type: 'progress'; progress: Progress }
   | { id: number; type: 'text'; text: string }
+  | { id: number; type: 'prompt'; progress: PromptProgress }
   | { id: number; type: 'result'; value: unknown }
   | { id: number; type: 'error'; error: ErrorData };

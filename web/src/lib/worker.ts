@@ -1,7 +1,8 @@
 /**
  * The engine's dedicated worker: it owns the wasm module, the WebGPU device and the model, so
  * the page never blocks. Requests arrive one at a time from index.ts; text streams back as it
- * is decoded, and an `abort` message stops a download or a generation between two tokens.
+ * is decoded, and an `abort` message stops a download, or a generation between two tokens or two
+ * steps of its prompt.
  * A LoRA adapter's two files are read whole here (they are small) and handed to the engine.
  */
 import init, { type Engine, inspectHeader, loadEngine } from '../wasm/lilypad_wasm.js';
@@ -122,6 +123,12 @@ const streamText = (id: number) => (text: string) => {
   return !aborted;
 };
 
+/** The engine asks after each step of a long prompt: an abort that arrived meanwhile stops it. */
+const streamPrompt = (id: number) => (done: number, total: number) => {
+  post({ id, type: 'prompt', progress: { done, total } });
+  return !aborted;
+};
+
 async function handle(m: Exclude<ToWorker, { type: 'abort' | 'destroyDevice' }>): Promise<unknown> {
   aborted = false;
   switch (m.type) {
@@ -130,9 +137,9 @@ async function handle(m: Exclude<ToWorker, { type: 'abort' | 'destroyDevice' }>)
     case 'setLora':
       return setLora(m.lora);
     case 'chat':
-      return loaded().chat(m.request, streamText(m.id));
+      return loaded().chat(m.request, streamPrompt(m.id), streamText(m.id));
     case 'complete':
-      return loaded().complete(m.request, streamText(m.id));
+      return loaded().complete(m.request, streamPrompt(m.id), streamText(m.id));
     case 'info':
       return info(adapterInfo);
     case 'reset':

@@ -13,6 +13,7 @@ const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as 
 const ui = {
   gpu: $('gpu-status'),
   preset: $<HTMLSelectElement>('preset'),
+  presetNote: $('preset-note'),
   urlRow: $('url-row'),
   url: $<HTMLInputElement>('model-url'),
   file: $<HTMLInputElement>('model-file'),
@@ -65,6 +66,7 @@ function setState(state: State) {
   ui.load.disabled = busy;
   ui.cancelLoad.hidden = state !== 'loading';
   ui.input.disabled = !engine || busy;
+  ui.input.placeholder = engine ? 'Ask something (Enter sends, Shift+Enter for a new line).' : 'Load a model, then ask something.';
   ui.send.disabled = !engine || busy;
   ui.stop.disabled = state !== 'generating';
   ui.loraApply.disabled = !engine || busy;
@@ -119,8 +121,20 @@ function onProgress(p: Progress) {
 function chosenSource(): string | File | undefined {
   const file = ui.file.files?.[0];
   if (file) return file;
+  if (ui.preset.value === 'custom') return ui.url.value.trim() || undefined;
+  return PRESETS.find((p) => p.id === ui.preset.value)?.url;
+}
+
+/** Shows the URL field for "Another URL…" only, and puts the preset's sampling in the form. */
+function choosePreset() {
   const preset = PRESETS.find((p) => p.id === ui.preset.value);
-  return preset?.url || ui.url.value.trim() || undefined;
+  ui.urlRow.hidden = ui.preset.value !== 'custom';
+  ui.presetNote.textContent = preset?.note ?? '';
+  if (preset?.sampling) {
+    ui.temperature.value = String(preset.sampling.temperature);
+    ui.topP.value = String(preset.sampling.top_p);
+    ui.topK.value = String(preset.sampling.top_k);
+  }
 }
 
 /** The adapter in the LoRA fields: its two picked files, or its folder's URL. */
@@ -276,18 +290,31 @@ async function send() {
   const reply = bubble('assistant', '');
   reply.dataset.done = 'false';
   setState('generating');
+  ui.stats.textContent = '';
   const started = performance.now();
   let firstMs: number | undefined;
   const onText = (piece: string) => {
+    if (!piece) return;
     firstMs ??= performance.now() - started;
+    if (reply.dataset.reading) {
+      delete reply.dataset.reading;
+      ui.stats.textContent = '';
+    }
     reply.textContent += piece;
+  };
+  // A long prompt is read in steps; each one reports (and Stop takes effect between them).
+  const onPromptProgress = ({ done, total }: { done: number; total: number }) => {
+    if (firstMs !== undefined) return;
+    reply.dataset.reading = `${done}/${total}`;
+    reply.dataset.promptReports = String(Number(reply.dataset.promptReports ?? 0) + 1);
+    ui.stats.textContent = `Reading the prompt: ${done.toLocaleString('en')} / ${total.toLocaleString('en')} tokens…`;
   };
   try {
     let usage;
     let timings;
     let finish;
     if (raw) {
-      for await (const c of await engine.completions.create({ prompt: text, stream: true, ...sampling })) {
+      for await (const c of await engine.completions.create({ prompt: text, stream: true, onPromptProgress, ...sampling })) {
         onText(c.choices[0].text);
         if (c.tokens) reply.dataset.tokens = JSON.stringify(c.tokens);
         ({ usage, timings } = c);
@@ -295,7 +322,7 @@ async function send() {
       }
     } else {
       history.push({ role: 'user', content: text });
-      for await (const c of await engine.chat.completions.create({ messages: history, stream: true, ...sampling })) {
+      for await (const c of await engine.chat.completions.create({ messages: history, stream: true, onPromptProgress, ...sampling })) {
         onText(c.choices[0].delta.content ?? '');
         ({ usage, timings } = c);
         finish = c.choices[0].finish_reason;
@@ -303,15 +330,26 @@ async function send() {
       history.push({ role: 'assistant', content: reply.textContent ?? '' });
     }
     reply.dataset.finish = finish ?? '';
+    delete reply.dataset.reading;
+    // A stopped reply says so (and one stopped before its first word is not an empty bubble).
+    if (finish === 'abort') reply.classList.add('stopped');
     if (usage && timings) {
       const s = ui.stats;
       s.dataset.prefillTokensPerS = timings.prefill_tokens_per_s.toFixed(2);
       s.dataset.decodeTokensPerS = timings.decode_tokens_per_s.toFixed(2);
       s.dataset.firstTokenMs = String(Math.round(firstMs ?? 0));
-      s.textContent =
-        `prefill ${usage.prefilled_tokens} tokens at ${timings.prefill_tokens_per_s.toFixed(1)} tok/s · ` +
-        `decode ${usage.completion_tokens} tokens at ${timings.decode_tokens_per_s.toFixed(1)} tok/s · ` +
-        `first token after ${((firstMs ?? 0) / 1e3).toFixed(2)} s`;
+      const parts = [
+        usage.prefilled_tokens < usage.prompt_tokens
+          ? `prompt ${usage.prefilled_tokens} new of ${usage.prompt_tokens} tokens`
+          : `prompt ${usage.prompt_tokens} tokens`,
+      ];
+      if (timings.prefill_tokens_per_s > 0) parts[0] += ` at ${timings.prefill_tokens_per_s.toFixed(1)} tok/s`;
+      if (usage.completion_tokens > 0) {
+        parts.push(`reply ${usage.completion_tokens} tokens${timings.decode_tokens_per_s > 0 ? ` at ${timings.decode_tokens_per_s.toFixed(1)} tok/s` : ''}`);
+      }
+      if (firstMs !== undefined) parts.push(`first token after ${(firstMs / 1e3).toFixed(2)} s`);
+      if (finish === 'abort') parts.push('stopped');
+      s.textContent = parts.join(' · ');
     }
     setState('ready');
   } catch (e) {
@@ -343,13 +381,21 @@ async function checkWebGpu() {
   const info = adapter.info;
   const limit = adapter.limits.maxStorageBufferBindingSize;
   ui.gpu.dataset.ok = 'true';
+  const cpu = /swiftshader|llvmpipe|lavapipe/i.test(`${info.vendor} ${info.architecture} ${info.description}`) ||
+    (adapter as GPUAdapter & { isFallbackAdapter?: boolean }).isFallbackAdapter === true;
+  ui.gpu.dataset.cpu = String(cpu);
   ui.gpu.textContent = `WebGPU: ${info.vendor || 'adapter'} ${info.architecture || info.description || ''} · max storage binding ${mib(limit)}` +
-    (limit < 128 * 2 ** 20 ? ' — below 128 MiB: larger models will not fit' : '');
+    (limit < 128 * 2 ** 20 ? ' — below 128 MiB: larger models will not fit' : '') +
+    (cpu ? ' — this is a CPU fallback, not a GPU: the 135M model answers at a few tokens per second, 4B models take minutes per reply' : '');
 }
 
 for (const p of PRESETS) ui.preset.append(new Option(p.label, p.id));
-ui.preset.onchange = () => (ui.urlRow.hidden = ui.preset.value !== 'custom');
-ui.urlRow.hidden = true;
+ui.preset.title = ui.preset.selectedOptions[0]?.text ?? '';
+ui.preset.onchange = () => {
+  ui.preset.title = ui.preset.selectedOptions[0]?.text ?? '';
+  choosePreset();
+};
+choosePreset();
 ui.file.onchange = () => {
   if (ui.file.files?.length) ui.preset.value = 'custom';
 };
@@ -364,6 +410,9 @@ ui.composer.onsubmit = (e) => {
   e.preventDefault();
   void send();
 };
+document.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape' && document.body.dataset.state === 'generating') engine?.abort();
+});
 ui.input.onkeydown = (e) => {
   if (e.key === 'Enter' && !e.shiftKey && ui.mode.value === 'chat') {
     e.preventDefault();

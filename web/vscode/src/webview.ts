@@ -346,6 +346,9 @@ class Chat {
       }
     };
     q('.chat-stop').onclick = () => void loaded?.engine.abort();
+    this.root.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && this.busy) loaded?.engine.abort();
+    });
     q('.chat-clear').onclick = () => {
       this.history = [];
       this.messages.replaceChildren();
@@ -390,16 +393,24 @@ class Chat {
         top_p: settings.topP,
         top_k: settings.topK,
         enable_thinking: settings.thinking,
+        // A long prompt is read in steps: say how far, until the first words arrive.
+        onPromptProgress: ({ done, total }) => {
+          if (!reply.textContent) {
+            q('.chat-stats').textContent = `Reading the prompt: ${done.toLocaleString('en')} / ${total.toLocaleString('en')} tokens…`;
+          }
+        },
       })) {
         reply.textContent += c.choices[0].delta.content ?? '';
         finish = c.choices[0].finish_reason ?? finish;
         if (c.usage && c.timings) {
           q('.chat-stats').textContent =
-            `prefill ${c.usage.prefilled_tokens} tokens at ${c.timings.prefill_tokens_per_s.toFixed(1)} tok/s · ` +
-            `decode ${c.usage.completion_tokens} tokens at ${c.timings.decode_tokens_per_s.toFixed(1)} tok/s`;
+            `prompt ${c.usage.prefilled_tokens} new tokens at ${c.timings.prefill_tokens_per_s.toFixed(1)} tok/s · ` +
+            `reply ${c.usage.completion_tokens} tokens at ${c.timings.decode_tokens_per_s.toFixed(1)} tok/s` +
+            (c.choices[0].finish_reason === 'abort' ? ' · stopped' : '');
         }
       }
       reply.dataset.finish = finish;
+      if (finish === 'abort') reply.classList.add('stopped');
       this.history.push({ role: 'assistant', content: reply.textContent ?? '' });
       this.root.dataset.state = 'done';
     } catch (e) {
