@@ -169,6 +169,12 @@ try {
   // Scripted replies measure nothing: no prompt or speed figures are shown for them.
   assert.equal(await page.locator('.agent-step-stats').count(), 0, await page.textContent('.agent-steps'));
   assert.ok((await page.textContent('.agent-steps')).includes('Run the tests first.'), 'streamed text is shown');
+  // Each call is shown once: named, its arguments with real line breaks, no <tool_call> markup.
+  const outputs = await page.locator('.agent-step-output').allTextContents();
+  assert.ok(outputs.every((o) => !o.includes('<tool_call>')), JSON.stringify(outputs));
+  assert.deepEqual(await page.locator('.agent-call-name').allTextContents(), ['Bash', 'Read', 'Edit', 'Bash']);
+  const editArgs = await page.locator('.agent-step').nth(2).locator('.agent-call-args pre').allTextContents();
+  assert.ok(editArgs.includes('    if year % 100 == 0:\n        return year % 400 == 0'), JSON.stringify(editArgs));
   // The changed file is marked and opens in the editor.
   await page.click('.agent-files button[data-path="calendar_utils.py"][data-change="modified"]');
   assert.match(await page.textContent('.agent-editor'), /return year % 400 == 0/);

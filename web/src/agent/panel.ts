@@ -287,7 +287,7 @@ export class AgentPanel {
     return this.trajectory;
   }
 
-  private currentStep?: { item: HTMLElement; output: HTMLElement; calls: HTMLElement; reading?: HTMLElement };
+  private currentStep?: { item: HTMLElement; output: HTMLElement; calls: HTMLElement; reading?: HTMLElement; raw: string };
 
   /** The step's prompt being read: minutes for a long one on a slow adapter. */
   private promptProgress(done: number, total: number) {
@@ -311,19 +311,33 @@ export class AgentPanel {
         calls.className = 'agent-step-calls';
         li.append(output, calls);
         this.$('.agent-steps').append(li);
-        this.currentStep = { item: li, output, calls };
+        this.currentStep = { item: li, output, calls, raw: '' };
         break;
       }
-      case 'text':
-        this.currentStep?.reading?.remove();
-        this.currentStep?.output.append(e.text);
+      case 'text': {
+        const step = this.currentStep;
+        if (!step) break;
+        step.reading?.remove();
+        // Tool calls are shown once, as the calls below the text: their markup is left out here
+        // (also while one is still streaming in).
+        step.raw += e.text;
+        step.output.textContent = step.raw.replace(/<tool_call>[\s\S]*?(<\/tool_call>|$)/g, '').replace(/\n{3,}/g, '\n\n');
+        step.output.dataset.raw = String(step.raw.length);
         break;
+      }
       case 'tool': {
         const li = document.createElement('li');
         li.className = 'agent-call';
-        const summary = document.createElement('code');
-        summary.textContent = `${e.call.name}(${JSON.stringify(e.call.arguments)})`;
-        li.append(summary);
+        const name = Object.assign(document.createElement('strong'), { className: 'agent-call-name', textContent: e.call.name });
+        // Arguments as the model meant them: strings with real line breaks, not JSON escapes.
+        const args = document.createElement('dl');
+        args.className = 'agent-call-args';
+        for (const [key, value] of Object.entries(e.call.arguments ?? {})) {
+          const dd = document.createElement('dd');
+          dd.append(Object.assign(document.createElement('pre'), { textContent: typeof value === 'string' ? value : JSON.stringify(value, null, 2) }));
+          args.append(Object.assign(document.createElement('dt'), { textContent: key }), dd);
+        }
+        li.append(name, args);
         this.currentStep?.calls.append(li);
         break;
       }
