@@ -215,6 +215,8 @@ pub fn run(
         prefill,
         prefilled as f64 / prefill
     );
+    // Decode below starts from this state (a snapshot: recurrent models cannot rewind).
+    let state = pollster::block_on(model.snapshot())?;
     // The same prompt read as a stoppable prompt is (steps sized by their measured cost,
     // each reported before the next is queued): what that costs against all at once.
     model.reset();
@@ -233,11 +235,8 @@ pub fn run(
         prefill / stoppable,
         stoppable / steps.max(1) as f64,
     );
-    model.reset();
-    pollster::block_on(model.eval(&prompt[..prefilled], Logits::None))?;
-    // Decode with each depth of queued steps, from the same prefilled state (a snapshot:
-    // recurrent models cannot rewind): depth 1 reads every token back before the next step.
-    let state = pollster::block_on(model.snapshot())?;
+    // Decode with each depth of queued steps, from the same prefilled state: depth 1 reads
+    // every token back before the next step.
     let greedy = SamplingParams::greedy();
     let mut base = None;
     let mut texts = Vec::new();

@@ -214,14 +214,7 @@ impl Model {
     /// its token.
     async fn read_decoded(&self, staging: &wgpu::Buffer, step: InFlight) -> Result<u32> {
         #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = self.ctx.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(step.submission),
-            timeout: None,
-        }) {
-            // A lost device fails the submission: say that, not the wait's complaint.
-            self.ctx.check()?;
-            return Err(EngineError::Readback(e.to_string()));
-        }
+        self.ctx.poll_until(step.submission)?;
         let mapped = step
             .mapped
             .recv_async()

@@ -342,17 +342,27 @@ impl GpuContext {
     /// page's other messages (an abort, say).
     pub async fn finished(&self, work: Submitted) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
-        if let Err(e) = self.device.poll(wgpu::PollType::Wait {
-            submission_index: Some(work.index),
-            timeout: None,
-        }) {
-            // A lost device fails the submission: say that, not the wait's complaint.
-            self.check()?;
-            return Err(EngineError::Readback(e.to_string()));
-        }
+        self.poll_until(work.index)?;
         let done = work.done.recv_async().await;
         self.check()?;
         done.map_err(|e| EngineError::Readback(e.to_string()))
+    }
+
+    /// Natively, polls the device until submission `index` has run (not the ones after it),
+    /// so its callbacks (a map, a work-done notice) have fired.
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn poll_until(&self, index: wgpu::SubmissionIndex) -> Result<()> {
+        self.device
+            .poll(wgpu::PollType::Wait {
+                submission_index: Some(index),
+                timeout: None,
+            })
+            .map(|_| ())
+            .or_else(|e| {
+                // A lost device fails the submission: say that, not the wait's complaint.
+                self.check()?;
+                Err(EngineError::Readback(e.to_string()))
+            })
     }
 
     /// Waits for submitted work (natively); used by benchmarks.
