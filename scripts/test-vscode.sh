@@ -19,4 +19,5 @@ export PATH="$VSCODE_BIN:$PATH"
 export LILYPAD_BIN="$CARGO_TARGET_DIR/debug/lilypad" LILYPAD_REQUIRE_NATIVE=1
 export PYTHON="${PYTHON:-$LILYPAD_CACHE/py-tests/bin/python}"
 export LILYPAD_MODEL="$(scripts/fetch-model.sh)" LILYPAD_REQUIRE_MODEL=1
+export E2E_SCREENSHOTS="${E2E_SCREENSHOTS:-$LILYPAD_CACHE/e2e-screenshots}"
 node web/vscode/test/e2e.mjs

@@ -148,22 +148,22 @@ async function loadModel(choose) {
   return { state: await state(), ms: Date.now() - started };
 }
 
-const preset = (id) => () => page.selectOption('#preset', id);
+const preset = (id) => () => page.selectOption('.model-preset', id);
 const url = (u) => async () => {
-  await page.selectOption('#preset', 'custom');
-  await page.fill('#model-url', u);
+  await page.selectOption('.model-preset', 'custom');
+  await page.fill('.model-url', u);
 };
 
 async function generate(prompt, { raw, maxTokens }) {
-  await page.selectOption('#mode', raw ? 'raw' : 'chat');
+  await page.selectOption('.chat-mode', raw ? 'raw' : 'chat');
   await page.fill('#temperature', '0');
   await page.fill('#max-tokens', String(maxTokens));
-  await page.fill('#input', prompt);
-  const before = await page.locator('.message.assistant').count();
-  await page.click('#send');
-  const reply = page.locator('.message.assistant').nth(before);
-  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', before, { timeout: LONG });
-  const stats = await page.evaluate(() => ({ ...document.getElementById('stats').dataset }));
+  await page.fill('.chat-input', prompt);
+  const before = await page.locator('.chat-message.assistant').count();
+  await page.click('.chat-send');
+  const reply = page.locator('.chat-message.assistant').nth(before);
+  await page.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant')[n]?.dataset.done === 'true', before, { timeout: LONG });
+  const stats = await page.evaluate(() => ({ ...document.querySelector('.chat-stats').dataset }));
   return {
     text: await reply.textContent(),
     tokens: JSON.parse((await reply.getAttribute('data-tokens')) ?? 'null'),
@@ -181,11 +181,11 @@ try {
   assert.equal(await page.getAttribute('#gpu-status', 'data-cpu'), 'true', 'SwiftShader is named a CPU fallback');
 
   step('the URL field shows only for "Another URL…"');
-  assert.equal(await page.isVisible('#url-row'), false);
-  await page.selectOption('#preset', 'custom');
-  assert.equal(await page.isVisible('#url-row'), true);
-  await page.selectOption('#preset', 'smollm2-135m');
-  assert.equal(await page.isVisible('#url-row'), false);
+  assert.equal(await page.isVisible('.model-url-row'), false);
+  await page.selectOption('.model-preset', 'custom');
+  assert.equal(await page.isVisible('.model-url-row'), true);
+  await page.selectOption('.model-preset', 'smollm2-135m');
+  assert.equal(await page.isVisible('.model-url-row'), false);
   assert.equal(await page.inputValue('#temperature'), '0', 'the 135M preset samples greedily');
   await shot('idle');
 
@@ -292,30 +292,33 @@ try {
 
   step("the default preset answers the README's question as the native CLI does");
   assert.equal(await page.inputValue('#temperature'), '0');
-  await page.selectOption('#mode', 'chat');
-  await page.fill('#input', QUESTION);
-  const asked = await page.locator('.message.assistant').count();
-  await page.press('#input', 'Enter');
-  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', asked, { timeout: LONG });
-  const chatAnswer = (await page.locator('.message.assistant').nth(asked).textContent()).trim();
+  await page.selectOption('.chat-mode', 'chat');
+  await page.fill('.chat-input', QUESTION);
+  const asked = await page.locator('.chat-message.assistant').count();
+  await page.press('.chat-input', 'Enter');
+  await page.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant')[n]?.dataset.done === 'true', asked, { timeout: LONG });
+  const chatAnswer = (await page.locator('.chat-message.assistant').nth(asked).textContent()).trim();
   console.log(`  browser chat: ${JSON.stringify(chatAnswer)}`);
   assert.equal(chatAnswer, nativeChat);
   results.browser_chat = chatAnswer;
   await shot('answered');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await shot('answered-dark');
+  await page.emulateMedia({ colorScheme: 'light' });
 
   step('a long prompt: progress while it is read, Stop (Escape) within seconds');
-  await page.click('#clear');
-  await page.selectOption('#mode', 'raw');
+  await page.click('.chat-clear');
+  await page.selectOption('.chat-mode', 'raw');
   await page.fill('#max-tokens', '8');
-  await page.fill('#input', 'The quick brown fox jumps over the lazy dog. '.repeat(60));
-  const longReply = await page.locator('.message.assistant').count();
+  await page.fill('.chat-input', 'The quick brown fox jumps over the lazy dog. '.repeat(60));
+  const longReply = await page.locator('.chat-message.assistant').count();
   const sentAt = Date.now();
-  await page.click('#send');
-  await page.waitForFunction((n) => Number(document.querySelectorAll('.message.assistant')[n]?.dataset.promptReports ?? 0) >= 2, longReply, { timeout: LONG });
+  await page.click('.chat-send');
+  await page.waitForFunction((n) => Number(document.querySelectorAll('.chat-message.assistant')[n]?.dataset.promptReports ?? 0) >= 2, longReply, { timeout: LONG });
   const readingMs = Date.now() - sentAt;
   const reading = await page.evaluate((n) => ({
-    stats: document.getElementById('stats').textContent,
-    progress: document.querySelectorAll('.message.assistant')[n].dataset.reading,
+    stats: document.querySelector('.chat-stats').textContent,
+    progress: document.querySelectorAll('.chat-message.assistant')[n].dataset.reading,
   }), longReply);
   console.log(`  after ${readingMs} ms: ${reading.stats} (${reading.progress})`);
   assert.match(reading.stats, /^Reading the prompt: [\d,]+ \/ [\d,]+ tokens/);
@@ -324,11 +327,11 @@ try {
   await shot('reading-prompt');
   const stopAt = Date.now();
   await page.keyboard.press('Escape');
-  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', longReply, { timeout: LONG });
+  await page.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant')[n]?.dataset.done === 'true', longReply, { timeout: LONG });
   const stopMs = Date.now() - stopAt;
   const stopped = await page.evaluate((n) => {
-    const r = document.querySelectorAll('.message.assistant')[n];
-    return { finish: r.dataset.finish, stopped: r.classList.contains('stopped'), text: r.textContent, state: document.body.dataset.state, stats: document.getElementById('stats').textContent };
+    const r = document.querySelectorAll('.chat-message.assistant')[n];
+    return { finish: r.dataset.finish, stopped: r.classList.contains('stopped'), text: r.textContent, state: document.body.dataset.state, stats: document.querySelector('.chat-stats').textContent };
   }, longReply);
   console.log(`  stopped in ${stopMs} ms: ${stopped.stats}`);
   assert.equal(stopped.finish, 'abort');
@@ -413,16 +416,16 @@ try {
   await page.goto(`${server.url}/?debug`);
   await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
   assert.equal((await loadModel(preset('smollm2-135m'))).state, 'ready', JSON.stringify(await errorShown()));
-  await page.selectOption('#mode', 'raw');
+  await page.selectOption('.chat-mode', 'raw');
   await page.fill('#temperature', '0');
   await page.fill('#max-tokens', '64');
-  await page.fill('#input', PROMPT);
-  const replies = await page.locator('.message.assistant').count();
-  await page.click('#send');
+  await page.fill('.chat-input', PROMPT);
+  const replies = await page.locator('.chat-message.assistant').count();
+  await page.click('.chat-send');
   // Lost once the first words are on screen, as a driver reset would strike.
-  await page.waitForFunction((n) => (document.querySelectorAll('.message.assistant')[n]?.textContent ?? '').length > 0, replies, { timeout: LONG });
+  await page.waitForFunction((n) => (document.querySelectorAll('.chat-message.assistant')[n]?.textContent ?? '').length > 0, replies, { timeout: LONG });
   await page.evaluate(() => globalThis.lilypadEngine().destroyDevice());
-  await page.waitForFunction((n) => document.querySelectorAll('.message.assistant')[n]?.dataset.done === 'true', replies, { timeout: LONG });
+  await page.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant')[n]?.dataset.done === 'true', replies, { timeout: LONG });
   const lostShown = await errorShown();
   console.log(`  ${lostShown.code}: ${lostShown.text}`);
   assert.equal(lostShown.code, 'device-lost', lostShown.text);

@@ -1,11 +1,28 @@
 /** CodeMirror 6 views for the agent panel: a code editor for project files, a read-only patch view. */
 import { python } from '@codemirror/lang-python';
 import { EditorState, type Extension, RangeSetBuilder } from '@codemirror/state';
+import { oneDark } from '@codemirror/theme-one-dark';
 import { Decoration, type DecorationSet, ViewPlugin, type ViewUpdate } from '@codemirror/view';
 import { EditorView, basicSetup } from 'codemirror';
 
 function language(path: string): Extension[] {
   return path.endsWith('.py') ? [python()] : [];
+}
+
+/**
+ * Dark when the page is: VS Code marks its webviews' body (`vscode-dark`, `vscode-high-contrast`),
+ * a browser tab follows the system's scheme.
+ */
+function pageIsDark(): boolean {
+  const body = document.body.classList;
+  if (body.contains('vscode-light') || body.contains('vscode-high-contrast-light')) return false;
+  if (body.contains('vscode-dark') || body.contains('vscode-high-contrast')) return true;
+  return matchMedia('(prefers-color-scheme: dark)').matches;
+}
+
+/** The code colors for the page's scheme (CodeMirror's own default is light only). */
+function theme(): Extension[] {
+  return pageIsDark() ? [oneDark] : [];
 }
 
 /** An editor showing one file at a time; `onEdit` receives the text after each user edit. */
@@ -33,6 +50,9 @@ export class FileEditor {
         selection: selection && selection.main.head <= text.length ? selection : undefined,
         extensions: [
           basicSetup,
+          theme(),
+          // Long lines wrap: the panel is often narrow (an editor's side bar).
+          EditorView.lineWrapping,
           language(path),
           EditorState.readOnly.of(readOnly),
           EditorView.updateListener.of((u) => {
@@ -53,9 +73,11 @@ export class FileEditor {
 
 /** Lines of a unified patch, colored by kind. */
 const patchTheme = EditorView.baseTheme({
-  '.cm-patch-add': { backgroundColor: '#e6ffec' },
-  '.cm-patch-del': { backgroundColor: '#ffebe9' },
-  '.cm-patch-hunk': { color: '#6639ba' },
+  // Translucent, so that they read on a light or a dark page.
+  '.cm-patch-add': { backgroundColor: 'rgba(46, 160, 67, 0.18)' },
+  '.cm-patch-del': { backgroundColor: 'rgba(248, 81, 73, 0.18)' },
+  '&light .cm-patch-hunk': { color: '#6639ba' },
+  '&dark .cm-patch-hunk': { color: '#c297ff' },
   '.cm-patch-file': { fontWeight: 'bold' },
 });
 
@@ -101,7 +123,8 @@ export class PatchView {
     this.view.setState(
       EditorState.create({
         doc: patch,
-        extensions: [EditorState.readOnly.of(true), EditorView.editable.of(false), patchTheme, patchLines, EditorView.lineWrapping],
+        extensions: [EditorState.readOnly.of(true), EditorView.editable.of(false), patchTheme, patchLines, EditorView.lineWrapping,
+          EditorView.theme({}, { dark: pageIsDark() })],
       }),
     );
   }

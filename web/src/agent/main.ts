@@ -6,6 +6,7 @@ import { type Engine, createEngine } from '../lib/index';
 import { engineModel, progressText, scriptedModelFromJson } from './models';
 import { AgentPanel } from './panel';
 import { AgentSession } from './session';
+import { PRESETS } from '../ui/presets';
 
 let loaded: { url: string; engine: Engine } | undefined;
 
@@ -32,7 +33,7 @@ function save(name: string, data: Uint8Array | string, type: string) {
 
 const panel = new AgentPanel(document.getElementById('agent')!, {
   models: [
-    { id: 'engine', label: 'A GGUF model in this tab (WebGPU)', input: 'url', value: '/models/SmolLM2-135M-Instruct.Q4_1.gguf' },
+    { id: 'engine', label: 'A GGUF model in this tab (WebGPU)', input: 'url', value: PRESETS[0].url, chooser: { base: location.href } },
     { id: 'scripted', label: 'Scripted replies (for demos and tests)', input: 'script', value: '[]' },
   ],
   async createModel(choice, input, onStatus) {

@@ -5,6 +5,7 @@
  */
 import type { ChatMessage, Engine, EngineInfo, Progress, PromptProgress } from '../lib/index';
 import type { ModelHost } from './wasm/lilypad_agent_wasm.js';
+import { formatBytes } from '../ui/presets';
 
 type ModelRequest = Parameters<ModelHost['complete']>[0];
 type ModelReply = Awaited<ReturnType<ModelHost['complete']>>;
@@ -100,7 +101,7 @@ export function scriptedModelFromJson(json: string): ModelHost {
 
 /** A model's load progress as one status line. */
 export function progressText(p: Progress): string {
-  if (p.phase === 'download') return `Downloading ${(p.bytesDone / 1e6).toFixed(0)} / ${(p.bytesTotal / 1e6).toFixed(0)} MB`;
+  if (p.phase === 'download') return `Downloading ${formatBytes(p.bytesDone)} of ${formatBytes(p.bytesTotal)}`;
   if (p.phase === 'upload') return `Uploading weights ${p.tensorsDone} / ${p.tensorsTotal}`;
   return `Ready in ${p.seconds.toFixed(1)} s${p.fromCache ? ' (from the cache)' : ''}`;
 }

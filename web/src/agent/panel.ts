@@ -4,17 +4,22 @@
  * trajectory. It renders into any element and reaches the outside only through its PanelHost
  * (models and saving files), so the playground page and the VS Code webview mount the same panel.
  */
+import { ModelChooser, type ModelChooserOptions } from '../ui/model-chooser';
+import { renderReply } from '../ui/thinking';
 import { FileEditor, PatchView } from './editor';
+import { testSummary } from './test-summary';
 import type { EngineModelHost } from './models';
 import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type TerminalHost, type Trajectory } from './session';
 
 export interface ModelChoice {
   id: string;
   label: string;
-  /** What the choice needs typed in: a model URL, or scripted replies (a JSON array of strings). */
+  /** What the choice needs: a model (the shared chooser), or scripted replies (a JSON array of strings). */
   input?: 'url' | 'script';
   /** Default for that input. */
   value?: string;
+  /** The chooser's presets, free-field label and change hook, for `input: 'url'`. */
+  chooser?: Omit<ModelChooserOptions, 'value'>;
 }
 
 export interface PanelHost {
@@ -37,7 +42,10 @@ const TEMPLATE = `
   <p class="agent-project-status" aria-live="polite">No project yet.</p>
   <div class="agent-files-pane">
     <ul class="agent-files" aria-label="Files"></ul>
-    <div class="agent-editor" aria-label="Editor"></div>
+    <div class="agent-editor-pane">
+      <p class="agent-editor-name">Pick a file to see it here.</p>
+      <div class="agent-editor" aria-label="Editor"></div>
+    </div>
   </div>
   <div class="row">
     <button type="button" class="agent-run-tests" disabled>Run the tests</button>
@@ -45,15 +53,20 @@ const TEMPLATE = `
     <button type="button" class="agent-download-patch" disabled>Download patch</button>
     <button type="button" class="agent-download-zip" disabled>Download project</button>
   </div>
-  <pre class="agent-test-output" hidden></pre>
+  <div class="agent-test-result" hidden>
+    <p class="agent-test-summary"></p>
+    <p class="agent-test-stale" hidden>This output is from before the latest change: run the tests again.</p>
+    <pre class="agent-test-output"></pre>
+  </div>
 </section>
 <section class="agent-task">
   <h2>Task</h2>
-  <label>Model <select class="agent-model"></select></label>
-  <label class="agent-model-input-row"><span class="agent-model-input-label"></span>
+  <label>Replies from <select class="agent-model"></select></label>
+  <div class="agent-model-chooser"></div>
+  <label class="agent-model-input-row">Replies (a JSON array of strings)
     <textarea class="agent-model-input" rows="2" spellcheck="false"></textarea></label>
   <p class="agent-model-status" aria-live="polite"></p>
-  <textarea class="agent-task-text" rows="4" placeholder="What should the agent do?"></textarea>
+  <label>Task <textarea class="agent-task-text" rows="4" placeholder="What should the agent do? (Ctrl+Enter runs it)"></textarea></label>
   <div class="grid">
     <label>steps <input class="agent-max-steps" type="number" min="1" value="30" /></label>
     <label>tokens per step <input class="agent-max-tokens" type="number" min="16" value="2048" /></label>
@@ -73,6 +86,8 @@ const TEMPLATE = `
 
 export class AgentPanel {
   session?: AgentSession;
+  /** The model chooser of the choice with `input: 'url'`, if there is one. */
+  readonly chooser?: ModelChooser;
   trajectory?: Trajectory;
   private editor: FileEditor;
   private patchView: PatchView;
@@ -86,6 +101,8 @@ export class AgentPanel {
     this.patchView = new PatchView(this.$('.agent-patch'));
     const select = this.$<HTMLSelectElement>('.agent-model');
     for (const m of host.models) select.add(new Option(m.label, m.id));
+    const engine = host.models.find((m) => m.input === 'url');
+    if (engine) this.chooser = new ModelChooser(this.$('.agent-model-chooser'), { ...engine.chooser, value: engine.value });
     select.onchange = () => this.showModelInput();
     this.showModelInput();
 
@@ -105,7 +122,13 @@ export class AgentPanel {
       this.host.save('trajectory.json', `${JSON.stringify(this.trajectory, null, 2)}\n`, 'application/json');
     this.$('.agent-run').onclick = () => void this.run();
     this.$('.agent-stop').onclick = () => this.stop();
-    // Escape stops a run, as the Stop button does.
+    // Ctrl+Enter (⌘+Enter) in the task runs the agent; Escape stops a run, as the Stop button does.
+    this.$('.agent-task-text').addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+        e.preventDefault();
+        void this.run();
+      }
+    });
     root.addEventListener('keydown', (e) => {
       if (e.key === 'Escape' && this.session?.isRunning) this.stop();
     });
@@ -128,10 +151,9 @@ export class AgentPanel {
 
   private showModelInput() {
     const choice = this.host.models.find((m) => m.id === this.$<HTMLSelectElement>('.agent-model').value);
-    const row = this.$('.agent-model-input-row');
-    row.hidden = !choice?.input;
-    this.$('.agent-model-input-label').textContent = choice?.input === 'script' ? 'Replies (JSON array of strings)' : 'Model URL';
-    this.$<HTMLTextAreaElement>('.agent-model-input').value = choice?.value ?? '';
+    this.$('.agent-model-chooser').hidden = choice?.input !== 'url';
+    this.$('.agent-model-input-row').hidden = choice?.input !== 'script';
+    if (choice?.input === 'script') this.$<HTMLTextAreaElement>('.agent-model-input').value = choice.value ?? '';
   }
 
   private setStatus(selector: string, text: string, error = false) {
@@ -201,12 +223,26 @@ export class AgentPanel {
     );
     const current = this.editor.current;
     if (current && s.files().includes(current)) this.showFile(current);
-    else if (current) this.editor.clear();
+    else if (current) {
+      this.editor.clear();
+      this.$('.agent-editor-name').textContent = `${current} was deleted.`;
+    }
+    // Test output from before the latest change says so: it no longer describes the files.
+    const result = this.$('.agent-test-result');
+    if (this.testedPatch !== undefined) {
+      result.dataset.stale = String(patch !== this.testedPatch);
+      this.$('.agent-test-stale').hidden = patch === this.testedPatch;
+    }
     this.host.changed?.(s);
   }
 
   showFile(path: string) {
     if (!this.session) return;
+    const change = this.session.changes().find((c) => c.path === path)?.change;
+    const name = this.$('.agent-editor-name');
+    name.textContent = path;
+    name.dataset.change = change ?? '';
+    name.dataset.readOnly = String(this.session.isRunning);
     this.editor.show(path, this.session.readText(path), this.session.isRunning);
     for (const b of this.root.querySelectorAll<HTMLButtonElement>('.agent-files button')) {
       b.toggleAttribute('aria-current', b.dataset.path === path);
@@ -221,13 +257,22 @@ export class AgentPanel {
     }), 300);
   }
 
+  /** The patch when the tests last ran from the button: the output is stale once it changes. */
+  private testedPatch?: string;
+
   runTests() {
     if (!this.session) return;
+    const result = this.$('.agent-test-result');
     const out = this.$('.agent-test-output');
-    const result = this.session.runTests();
-    out.hidden = false;
-    out.textContent = result.content;
-    out.dataset.passed = String(!result.is_error);
+    const run = this.session.runTests();
+    this.testedPatch = this.session.patch();
+    result.hidden = false;
+    result.dataset.passed = String(!run.is_error);
+    out.textContent = run.content;
+    out.dataset.passed = String(!run.is_error);
+    // pytest's last line says it all ("1 failed, 10 passed in 0.12s"); long output keeps it in view.
+    this.$('.agent-test-summary').textContent = testSummary(run.content, !run.is_error);
+    out.scrollTop = out.scrollHeight;
     this.refresh();
   }
 
@@ -251,7 +296,9 @@ export class AgentPanel {
       return;
     }
     const choice = this.$<HTMLSelectElement>('.agent-model').value;
-    const input = this.$<HTMLTextAreaElement>('.agent-model-input').value;
+    const input = this.host.models.find((m) => m.id === choice)?.input === 'url'
+      ? this.chooser?.value() ?? ''
+      : this.$<HTMLTextAreaElement>('.agent-model-input').value;
     this.root.dataset.state = 'running';
     delete this.root.dataset.exit;
     this.$('.agent-steps').replaceChildren();
@@ -305,7 +352,7 @@ export class AgentPanel {
         const li = document.createElement('li');
         li.className = 'agent-step';
         li.dataset.index = String(e.index);
-        const output = document.createElement('pre');
+        const output = document.createElement('div');
         output.className = 'agent-step-output';
         const calls = document.createElement('ul');
         calls.className = 'agent-step-calls';
@@ -321,7 +368,8 @@ export class AgentPanel {
         // Tool calls are shown once, as the calls below the text: their markup is left out here
         // (also while one is still streaming in).
         step.raw += e.text;
-        step.output.textContent = step.raw.replace(/<tool_call>[\s\S]*?(<\/tool_call>|$)/g, '').replace(/\n{3,}/g, '\n\n');
+        // Thinking is folded away once the reply goes on past it.
+        renderReply(step.output, step.raw.replace(/<tool_call>[\s\S]*?(<\/tool_call>|$)/g, '').replace(/\n{3,}/g, '\n\n').trimEnd());
         step.output.dataset.raw = String(step.raw.length);
         break;
       }
@@ -387,3 +435,4 @@ export class AgentPanel {
     }
   }
 }
+

@@ -1,22 +1,20 @@
 /**
  * The playground: choose a model (preset, URL, local file or cached) and optionally a LoRA
- * adapter, watch it load, chat with streaming output and see prefill/decode speed. The page's state is mirrored in
- * `body[data-state]` and data attributes, which the end-to-end test reads.
+ * adapter, watch it load, chat with streaming output and see prefill/decode speed. The page's
+ * state is mirrored in `body[data-state]` and data attributes, which the end-to-end test reads.
  */
 import {
-  type ChatMessage, type Engine, type LoraAdapter, type LoraInfo, type Progress, LilypadError, createEngine,
+  type Engine, type LoraAdapter, type LoraInfo, type Progress, LilypadError, createEngine,
   deleteCachedModel, listCachedModels, loraFromFiles,
 } from '../lib/index';
-import { PRESETS } from './presets';
+import { ChatView, stopOnEscape } from '../ui/chat';
+import { ModelChooser } from '../ui/model-chooser';
+import { formatBytes } from '../ui/presets';
+import { probeWebGpu } from '../ui/webgpu';
 
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 const ui = {
   gpu: $('gpu-status'),
-  preset: $<HTMLSelectElement>('preset'),
-  presetNote: $('preset-note'),
-  urlRow: $('url-row'),
-  url: $<HTMLInputElement>('model-url'),
-  file: $<HTMLInputElement>('model-file'),
   loraUrl: $<HTMLInputElement>('lora-url'),
   loraFiles: $<HTMLInputElement>('lora-files'),
   loraApply: $<HTMLButtonElement>('lora-apply'),
@@ -31,14 +29,6 @@ const ui = {
   retry: $<HTMLButtonElement>('retry'),
   cached: $<HTMLUListElement>('cached'),
   info: $('info'),
-  mode: $<HTMLSelectElement>('mode'),
-  clear: $<HTMLButtonElement>('clear'),
-  messages: $('messages'),
-  composer: $<HTMLFormElement>('composer'),
-  input: $<HTMLTextAreaElement>('input'),
-  send: $<HTMLButtonElement>('send'),
-  stop: $<HTMLButtonElement>('stop'),
-  stats: $('stats'),
   temperature: $<HTMLInputElement>('temperature'),
   topP: $<HTMLInputElement>('top-p'),
   topK: $<HTMLInputElement>('top-k'),
@@ -58,17 +48,13 @@ if (new URLSearchParams(location.search).has('debug')) {
 let engine: Engine | undefined;
 let loading: AbortController | undefined;
 let lastSource: string | File | undefined;
-const history: ChatMessage[] = [];
 
 function setState(state: State) {
   document.body.dataset.state = state;
   const busy = state === 'loading' || state === 'generating';
   ui.load.disabled = busy;
   ui.cancelLoad.hidden = state !== 'loading';
-  ui.input.disabled = !engine || busy;
-  ui.input.placeholder = engine ? 'Ask something (Enter sends, Shift+Enter for a new line).' : 'Load a model, then ask something.';
-  ui.send.disabled = !engine || busy;
-  ui.stop.disabled = state !== 'generating';
+  chat.setEnabled(!!engine && state !== 'loading', engine ? 'Ask something (Enter sends, Shift+Enter for a new line).' : 'Load a model, then ask something.');
   ui.loraApply.disabled = !engine || busy;
   ui.loraRemove.disabled = !engine || busy;
 }
@@ -92,11 +78,13 @@ function describe(code: LilypadError['code']): string {
     'too-large': "The model exceeds this GPU's limits.",
     network: 'The download was interrupted.',
     quota: 'Browser storage is full.',
+    'bad-request': 'Nothing to load.',
+    aborted: 'Stopped.',
   };
   return titles[code] ?? 'Error.';
 }
 
-const mib = (n: number) => `${(n / 2 ** 20).toFixed(1)} MiB`;
+const mib = formatBytes;
 
 function onProgress(p: Progress) {
   const phases = new Set((document.body.dataset.phases ?? '').split(' ').filter(Boolean));
@@ -118,23 +106,13 @@ function onProgress(p: Progress) {
   }
 }
 
-function chosenSource(): string | File | undefined {
-  const file = ui.file.files?.[0];
-  if (file) return file;
-  if (ui.preset.value === 'custom') return ui.url.value.trim() || undefined;
-  return PRESETS.find((p) => p.id === ui.preset.value)?.url;
-}
-
-/** Shows the URL field for "Another URL…" only, and puts the preset's sampling in the form. */
+/** Puts the chosen preset's sampling into the form. */
 function choosePreset() {
-  const preset = PRESETS.find((p) => p.id === ui.preset.value);
-  ui.urlRow.hidden = ui.preset.value !== 'custom';
-  ui.presetNote.textContent = preset?.note ?? '';
-  if (preset?.sampling) {
-    ui.temperature.value = String(preset.sampling.temperature);
-    ui.topP.value = String(preset.sampling.top_p);
-    ui.topK.value = String(preset.sampling.top_k);
-  }
+  const sampling = chooser.preset?.sampling;
+  if (!sampling) return;
+  ui.temperature.value = String(sampling.temperature);
+  ui.topP.value = String(sampling.top_p);
+  ui.topK.value = String(sampling.top_k);
 }
 
 /** The adapter in the LoRA fields: its two picked files, or its folder's URL. */
@@ -144,7 +122,7 @@ function chosenLora(): LoraAdapter | undefined {
   return ui.loraUrl.value.trim() || undefined;
 }
 
-async function load(source: string | File | undefined = chosenSource()) {
+async function load(source: string | File | undefined = chooser.source()) {
   if (!source) {
     showError(new LilypadError('bad-request', 'choose a preset, enter a URL or pick a file'));
     return;
@@ -240,7 +218,10 @@ async function refreshCached() {
     const li = document.createElement('li');
     const label = `${decodeURIComponent(m.url.split('/').pop() ?? m.url)} — ${mib(m.bytes)}${m.complete ? '' : ` of ${mib(m.size)} (partial)`}`;
     const use = Object.assign(document.createElement('button'), { type: 'button', textContent: 'Load', title: m.url });
-    use.onclick = () => void load(m.url);
+    use.onclick = () => {
+      chooser.set(m.url);
+      void load(m.url);
+    };
     const del = Object.assign(document.createElement('button'), { type: 'button', textContent: 'Delete' });
     del.onclick = async () => {
       try {
@@ -257,168 +238,49 @@ async function refreshCached() {
   ui.cached.replaceChildren(...(items.length ? items : [Object.assign(document.createElement('li'), { className: 'muted', textContent: 'none' })]));
 }
 
-function bubble(role: string, text: string): HTMLElement {
-  const div = document.createElement('div');
-  div.className = `message ${role}`;
-  div.textContent = text;
-  ui.messages.append(div);
-  div.scrollIntoView({ block: 'end' });
-  return div;
-}
-
 function clearConversation() {
-  history.length = 0;
-  ui.messages.replaceChildren();
-  void engine?.reset().catch(() => {});
+  chat.clear();
 }
 
 const num = (input: HTMLInputElement) => Number(input.value);
 
-async function send() {
-  const text = ui.input.value;
-  if (!engine || !text.trim()) return;
-  const raw = ui.mode.value === 'raw';
-  const sampling = {
+async function checkWebGpu() {
+  const gpu = await probeWebGpu();
+  ui.gpu.textContent = gpu.text;
+  ui.gpu.dataset.ok = String(gpu.ok);
+  ui.gpu.dataset.cpu = String(gpu.cpu);
+  if (!gpu.ok) ui.load.disabled = true;
+}
+
+const chooser = new ModelChooser($('model-chooser'), { file: true, base: location.href, onChange: choosePreset });
+choosePreset();
+const chat = new ChatView($('chat'), {
+  rawMode: true,
+  engine: async () => engine ?? Promise.reject(new Error('Load a model first.')),
+  options: () => ({
     temperature: num(ui.temperature),
     top_p: num(ui.topP),
     top_k: num(ui.topK),
     max_tokens: num(ui.maxTokens),
     seed: num(ui.seed),
-  };
-  ui.input.value = '';
-  bubble(raw ? 'prompt' : 'user', text);
-  const reply = bubble('assistant', '');
-  reply.dataset.done = 'false';
-  setState('generating');
-  ui.stats.textContent = '';
-  const started = performance.now();
-  let firstMs: number | undefined;
-  const onText = (piece: string) => {
-    if (!piece) return;
-    firstMs ??= performance.now() - started;
-    if (reply.dataset.reading) {
-      delete reply.dataset.reading;
-      ui.stats.textContent = '';
-    }
-    reply.textContent += piece;
-  };
-  // A long prompt is read in steps; each one reports (and Stop takes effect between them).
-  const onPromptProgress = ({ done, total }: { done: number; total: number }) => {
-    if (firstMs !== undefined) return;
-    reply.dataset.reading = `${done}/${total}`;
-    reply.dataset.promptReports = String(Number(reply.dataset.promptReports ?? 0) + 1);
-    ui.stats.textContent = `Reading the prompt: ${done.toLocaleString('en')} / ${total.toLocaleString('en')} tokens…`;
-  };
-  try {
-    let usage;
-    let timings;
-    let finish;
-    if (raw) {
-      for await (const c of await engine.completions.create({ prompt: text, stream: true, onPromptProgress, ...sampling })) {
-        onText(c.choices[0].text);
-        if (c.tokens) reply.dataset.tokens = JSON.stringify(c.tokens);
-        ({ usage, timings } = c);
-        finish = c.choices[0].finish_reason;
-      }
-    } else {
-      history.push({ role: 'user', content: text });
-      for await (const c of await engine.chat.completions.create({ messages: history, stream: true, onPromptProgress, ...sampling })) {
-        onText(c.choices[0].delta.content ?? '');
-        ({ usage, timings } = c);
-        finish = c.choices[0].finish_reason;
-      }
-      history.push({ role: 'assistant', content: reply.textContent ?? '' });
-    }
-    reply.dataset.finish = finish ?? '';
-    delete reply.dataset.reading;
-    // A stopped reply says so (and one stopped before its first word is not an empty bubble).
-    if (finish === 'abort') reply.classList.add('stopped');
-    if (usage && timings) {
-      const s = ui.stats;
-      s.dataset.prefillTokensPerS = timings.prefill_tokens_per_s.toFixed(2);
-      s.dataset.decodeTokensPerS = timings.decode_tokens_per_s.toFixed(2);
-      s.dataset.firstTokenMs = String(Math.round(firstMs ?? 0));
-      const parts = [
-        usage.prefilled_tokens < usage.prompt_tokens
-          ? `prompt ${usage.prefilled_tokens} new of ${usage.prompt_tokens} tokens`
-          : `prompt ${usage.prompt_tokens} tokens`,
-      ];
-      if (timings.prefill_tokens_per_s > 0) parts[0] += ` at ${timings.prefill_tokens_per_s.toFixed(1)} tok/s`;
-      if (usage.completion_tokens > 0) {
-        parts.push(`reply ${usage.completion_tokens} tokens${timings.decode_tokens_per_s > 0 ? ` at ${timings.decode_tokens_per_s.toFixed(1)} tok/s` : ''}`);
-      }
-      if (firstMs !== undefined) parts.push(`first token after ${(firstMs / 1e3).toFixed(2)} s`);
-      if (finish === 'abort') parts.push('stopped');
-      s.textContent = parts.join(' · ');
-    }
-    setState('ready');
-  } catch (e) {
-    reply.classList.add('failed');
+  }),
+  onState: (state) => setState(state === 'generating' ? 'generating' : engine ? 'ready' : 'error'),
+  onError(e) {
     showError(e);
-    const lost = e instanceof LilypadError && (e.code === 'device-lost' || e.code === 'unloaded');
-    if (lost) engine = undefined; // Retry reloads the model
-    setState(lost ? 'error' : 'ready');
-  } finally {
-    reply.dataset.done = 'true';
-  }
-}
-
-async function checkWebGpu() {
-  const gpu = (navigator as Navigator & { gpu?: GPU }).gpu;
-  if (!gpu) {
-    ui.gpu.textContent = 'This browser has no WebGPU. Use a recent Chrome or Edge (or Safari 26), with hardware acceleration on.';
-    ui.gpu.dataset.ok = 'false';
-    ui.load.disabled = true;
-    return;
-  }
-  const adapter = await gpu.requestAdapter().catch(() => null);
-  if (!adapter) {
-    ui.gpu.textContent = 'WebGPU is present but offers no adapter: it may be disabled (chrome://gpu) or the GPU blocklisted.';
-    ui.gpu.dataset.ok = 'false';
-    ui.load.disabled = true;
-    return;
-  }
-  const info = adapter.info;
-  const limit = adapter.limits.maxStorageBufferBindingSize;
-  ui.gpu.dataset.ok = 'true';
-  const cpu = /swiftshader|llvmpipe|lavapipe/i.test(`${info.vendor} ${info.architecture} ${info.description}`) ||
-    (adapter as GPUAdapter & { isFallbackAdapter?: boolean }).isFallbackAdapter === true;
-  ui.gpu.dataset.cpu = String(cpu);
-  ui.gpu.textContent = `WebGPU: ${info.vendor || 'adapter'} ${info.architecture || info.description || ''} · max storage binding ${mib(limit)}` +
-    (limit < 128 * 2 ** 20 ? ' — below 128 MiB: larger models will not fit' : '') +
-    (cpu ? ' — this is a CPU fallback, not a GPU: the 135M model answers at a few tokens per second, 4B models take minutes per reply' : '');
-}
-
-for (const p of PRESETS) ui.preset.append(new Option(p.label, p.id));
-ui.preset.title = ui.preset.selectedOptions[0]?.text ?? '';
-ui.preset.onchange = () => {
-  ui.preset.title = ui.preset.selectedOptions[0]?.text ?? '';
-  choosePreset();
-};
-choosePreset();
-ui.file.onchange = () => {
-  if (ui.file.files?.length) ui.preset.value = 'custom';
-};
+    // A lost device or unloaded engine: Retry loads the model again.
+    if (e instanceof LilypadError && (e.code === 'device-lost' || e.code === 'unloaded')) {
+      engine = undefined;
+      setState('error');
+    }
+  },
+  onClear: () => void engine?.reset().catch(() => {}),
+});
+stopOnEscape(document, chat);
 ui.load.onclick = () => void load();
 ui.cancelLoad.onclick = () => (loading ? loading.abort() : engine?.abort());
 ui.loraApply.onclick = () => void setLora(false);
 ui.loraRemove.onclick = () => void setLora(true);
 ui.retry.onclick = () => void load(lastSource);
-ui.clear.onclick = clearConversation;
-ui.stop.onclick = () => engine?.abort();
-ui.composer.onsubmit = (e) => {
-  e.preventDefault();
-  void send();
-};
-document.addEventListener('keydown', (e) => {
-  if (e.key === 'Escape' && document.body.dataset.state === 'generating') engine?.abort();
-});
-ui.input.onkeydown = (e) => {
-  if (e.key === 'Enter' && !e.shiftKey && ui.mode.value === 'chat') {
-    e.preventDefault();
-    void send();
-  }
-};
 setState('idle');
 void checkWebGpu();
 void refreshCached();

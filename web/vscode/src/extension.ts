@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
+import { PRESETS, formatBytes, presetFor, presetLabel } from '../../src/ui/presets';
 import { NativeAgent } from './native';
 import { AgentTerminal } from './terminal';
 import { type PendingChange, PendingChanges, SCHEME } from './pending';
@@ -68,18 +69,38 @@ export function deactivate() {}
 
 async function chooseModel() {
   const config = vscode.workspace.getConfiguration('lilypad');
+  const current = config.get<string>('model') ?? '';
+  // The presets the view can download (the same list as the view's chooser), with their sampling.
+  const presets = PRESETS.filter((p) => !p.servedWithPage).map((p) => ({
+    label: presetLabel(p),
+    detail: p.note,
+    description: p.url === current ? 'current' : undefined,
+    id: p.id,
+  }));
   const pick = await vscode.window.showQuickPick(
-    [
-      { label: 'A GGUF URL…', id: 'url' },
-      { label: 'A GGUF file on this machine…', id: 'file' },
-    ],
-    { placeHolder: `Current model: ${config.get<string>('model') || 'none'}` },
+    [...presets, { label: 'A GGUF URL…', id: 'url' }, { label: 'A GGUF file on this machine…', id: 'file' }],
+    { placeHolder: `Current model: ${current || 'none'}`, matchOnDetail: true },
   );
   if (!pick) return;
+  const preset = PRESETS.find((p) => p.id === pick.id);
   let model: string | undefined;
-  if (pick.id === 'url') model = await vscode.window.showInputBox({ prompt: 'GGUF model URL', value: config.get<string>('model') });
+  if (preset) model = preset.url;
+  else if (pick.id === 'url') model = await vscode.window.showInputBox({ prompt: 'GGUF model URL', value: current });
   else model = (await vscode.window.showOpenDialog({ filters: { GGUF: ['gguf'] } }))?.[0]?.fsPath;
-  if (model) await config.update('model', model, vscode.ConfigurationTarget.Global);
+  if (model) await setModel(model);
+}
+
+/** Sets lilypad.model; a preset brings its sampling along (the view's chooser does the same). */
+async function setModel(model: string) {
+  const config = vscode.workspace.getConfiguration('lilypad');
+  if (config.get<string>('model') === model) return;
+  await config.update('model', model, vscode.ConfigurationTarget.Global);
+  const sampling = presetFor(model)?.sampling;
+  if (sampling) {
+    await config.update('temperature', sampling.temperature, vscode.ConfigurationTarget.Global);
+    await config.update('topP', sampling.top_p, vscode.ConfigurationTarget.Global);
+    await config.update('topK', sampling.top_k, vscode.ConfigurationTarget.Global);
+  }
 }
 
 /** The workspace folder the agent works on; every path from the view is resolved inside it. */
@@ -179,13 +200,8 @@ class AgentView implements vscode.WebviewViewProvider {
 <ul class="pending-list"></ul>
 <div class="row"><button type="button" class="accept-all">Accept all</button> <button type="button" class="discard-all">Discard all</button></div>
 </section>
-<details id="lilypad-chat"><summary>Chat</summary>
-<div class="chat-messages" aria-live="polite"></div>
-<form class="chat-form">
-<textarea class="chat-input" rows="3" placeholder="Ask the model (no tools; Enter sends)"></textarea>
-<div class="row"><button type="submit" class="chat-send">Send</button> <button type="button" class="chat-stop" hidden>Stop</button> <button type="button" class="chat-clear">New conversation</button></div>
-<p class="chat-stats" aria-live="polite"></p>
-</form></details>
+<details id="lilypad-chat"><summary>Chat (the agent's model, no tools)</summary>
+<div class="lilypad-chat-body"></div></details>
 <main id="agent"></main>
 <script>window.lilypadSettings = ${JSON.stringify(settings)};</script>
 <script type="module" src="${script}"></script>
@@ -205,7 +221,7 @@ class AgentView implements vscode.WebviewViewProvider {
     const pick = await vscode.window.showQuickPick(
       models.map((m) => ({
         label: m.url,
-        description: `${(m.bytes / 1e6).toFixed(0)} MB${m.complete ? '' : ' (partial)'}`,
+        description: `${formatBytes(m.bytes)}${m.complete ? '' : ' (partial)'}`,
         detail: `stored ${new Date(m.updated).toLocaleString()}`,
       })),
       { placeHolder: models.length ? 'Choose a cached model to delete' : 'No cached models' },
@@ -257,6 +273,9 @@ class AgentView implements vscode.WebviewViewProvider {
         break;
       case 'native':
         await vscode.commands.executeCommand('lilypad.solve', m.task);
+        break;
+      case 'setModel':
+        await setModel(m.model);
         break;
       case 'readModel':
         await this.sendModelFile(m.path);

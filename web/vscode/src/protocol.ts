@@ -52,7 +52,9 @@ export type FromView =
   | { type: 'readLora'; path: string }
   | { type: 'command'; id: number; command: string; timeoutMs: number }
   | { type: 'models'; models: Array<{ url: string; bytes: number; complete: boolean; updated: number }> }
-  | { type: 'deleted'; url: string };
+  | { type: 'deleted'; url: string }
+  /** The model chosen in the view: becomes the lilypad.model setting. */
+  | { type: 'setModel'; model: string };
 
 /** The settings the view uses (the rest are the extension host's). */
 export interface ViewSettings {

@@ -3,12 +3,13 @@
  * folder (sent by the extension host), the agent's edits stay in the panel's in-memory workspace
  * and are mirrored to the host as pending changes, which the user accepts or discards there.
  */
-import {
-  type ChatMessage, type Engine, type LoraAdapter, createEngine, deleteCachedModel, listCachedModels,
-} from '../../src/lib/index';
+import { type Engine, type LoraAdapter, createEngine, deleteCachedModel, listCachedModels } from '../../src/lib/index';
 import { engineModel, progressText, scriptedModelFromJson } from '../../src/agent/models';
 import { AgentPanel } from '../../src/agent/panel';
 import { AgentSession } from '../../src/agent/session';
+import { ChatView, stopOnEscape } from '../../src/ui/chat';
+import { PRESETS, formatBytes } from '../../src/ui/presets';
+import { probeWebGpu } from '../../src/ui/webgpu';
 import { type FromView, type ProposedChange, type ToView, type ViewSettings, isModelFile } from './protocol';
 import type { CommandResult } from './terminal';
 
@@ -23,7 +24,6 @@ declare global {
 const vscode = acquireVsCodeApi();
 let settings = window.lilypadSettings;
 const post = (m: FromView) => vscode.postMessage(m);
-
 
 /** `lora`: the lilypad.lora setting the engine's adapter came from ('' for none). */
 let loaded: { model: string; lora: string; engine: Engine } | undefined;
@@ -96,7 +96,7 @@ function readModelFile(path: string, onStatus: (t: string) => void): Promise<Blo
 function onModelChunk(m: Extract<ToView, { type: 'modelChunk' }>) {
   if (fileRead?.path !== m.path) return;
   fileRead.parts.push(m.data);
-  fileRead.onStatus(`Reading the model file: ${(m.done / 1e6).toFixed(0)} / ${(m.size / 1e6).toFixed(0)} MB`);
+  fileRead.onStatus(`Reading the model file: ${formatBytes(m.done)} of ${formatBytes(m.size)}`);
   if (m.done === m.size) {
     fileRead.resolve(new Blob(fileRead.parts as BlobPart[]));
     fileRead = undefined;
@@ -173,7 +173,19 @@ function mirror(session: AgentSession) {
 
 const panel = new AgentPanel(document.getElementById('agent')!, {
   models: [
-    { id: 'engine', label: 'A GGUF model in this view (WebGPU)', input: 'url', value: settings.model },
+    {
+      id: 'engine',
+      label: 'A GGUF model in this view (WebGPU)',
+      input: 'url',
+      value: settings.model,
+      // The view has no page server: presets it can download, any URL, or a file on this machine.
+      chooser: {
+        presets: PRESETS.filter((p) => !p.servedWithPage),
+        otherLabel: 'URL, or the path of a GGUF file on this machine',
+        // The lilypad.model setting follows the chooser, so the chat and the native fallback agree.
+        onChange: (c) => c.value() && post({ type: 'setModel', model: c.value() }),
+      },
+    },
     { id: 'scripted', label: 'Scripted replies (for demos and tests)', input: 'script', value: '[]' },
   ],
   async createModel(choice, input, onStatus) {
@@ -203,7 +215,8 @@ function applySettings(s: ViewSettings) {
   q<HTMLInputElement>('.agent-max-steps').value = String(s.maxSteps);
   q<HTMLInputElement>('.agent-temperature').value = String(s.temperature);
   q<HTMLInputElement>('.agent-thinking').checked = s.thinking;
-  if (q<HTMLSelectElement>('.agent-model').value === 'engine') q<HTMLTextAreaElement>('.agent-model-input').value = s.model;
+  if (!s.model.startsWith('scripted:')) panel.chooser?.set(s.model);
+  document.body.dataset.modelSetting = s.model;
   document.body.dataset.terminal = String(s.terminal);
   document.body.dataset.loraSetting = s.lora;
 }
@@ -274,7 +287,7 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
       }
       break;
     case 'chat':
-      chat.open(m.text);
+      openChat(m.text);
       break;
     case 'modelChunk':
       onModelChunk(m);
@@ -311,125 +324,41 @@ window.addEventListener('message', (event: MessageEvent<ToView>) => {
   }
 });
 
-async function probeWebGpu(): Promise<{ ok: boolean; reason: string }> {
-  const gpu = (navigator as Navigator & { gpu?: GPU }).gpu;
-  if (!gpu) return { ok: false, reason: 'navigator.gpu is missing' };
-  try {
-    const adapter = await gpu.requestAdapter();
-    if (!adapter) return { ok: false, reason: 'no WebGPU adapter' };
-    return { ok: true, reason: '' };
-  } catch (e) {
-    return { ok: false, reason: String((e as Error).message ?? e) };
-  }
-}
-
 /**
  * Chat with the agent's model, without tools: the "lilypad: Chat" command opens it, with the
  * editor's selection quoted when there is one.
  */
-class Chat {
-  private history: ChatMessage[] = [];
-  private root = q<HTMLDetailsElement>('#lilypad-chat');
-  private messages = q('.chat-messages');
-  private input = q<HTMLTextAreaElement>('.chat-input');
-  private busy = false;
-
-  constructor() {
-    q<HTMLFormElement>('.chat-form').onsubmit = (e) => {
-      e.preventDefault();
-      void this.send();
-    };
-    this.input.onkeydown = (e) => {
-      if (e.key === 'Enter' && !e.shiftKey) {
-        e.preventDefault();
-        void this.send();
-      }
-    };
-    q('.chat-stop').onclick = () => void loaded?.engine.abort();
-    this.root.addEventListener('keydown', (e) => {
-      if (e.key === 'Escape' && this.busy) loaded?.engine.abort();
-    });
-    q('.chat-clear').onclick = () => {
-      this.history = [];
-      this.messages.replaceChildren();
-    };
-  }
-
-  open(text?: string) {
-    this.root.open = true;
-    if (text) this.input.value = text;
-    this.input.focus();
-  }
-
-  private bubble(role: string, text: string): HTMLElement {
-    const div = Object.assign(document.createElement('div'), { className: `chat-message ${role}`, textContent: text });
-    this.messages.append(div);
-    div.scrollIntoView({ block: 'end' });
-    return div;
-  }
-
-  async send() {
-    const text = this.input.value.trim();
-    if (!text || this.busy) return;
-    if (panel.session?.isRunning) return void (q('.chat-stats').textContent = 'The agent is running: ask when it has finished.');
-    if (!gpu.ok) return void (q('.chat-stats').textContent = 'Chat needs WebGPU in this view.');
+const chatBox = q<HTMLDetailsElement>('#lilypad-chat');
+const chat = new ChatView(q('#lilypad-chat .lilypad-chat-body'), {
+  async engine() {
+    if (panel.session?.isRunning) throw new Error('The agent is running: ask when it has finished.');
+    if (!gpu.ok) throw new Error('Chat needs WebGPU in this view.');
     const model = settings.model.trim();
-    if (!model || model.startsWith('scripted:')) return void (q('.chat-stats').textContent = 'Choose a model first (lilypad: Choose model).');
-    this.busy = true;
-    this.root.dataset.state = 'generating';
-    q('.chat-stop').hidden = false;
-    this.input.value = '';
-    this.bubble('user', text);
-    const reply = this.bubble('assistant', '');
-    try {
-      const engine = await engineFor(model, modelStatus);
-      this.history.push({ role: 'user', content: text });
-      let finish = '';
-      for await (const c of await engine.chat.completions.create({
-        messages: this.history,
-        stream: true,
-        max_tokens: 1024,
-        temperature: settings.temperature,
-        top_p: settings.topP,
-        top_k: settings.topK,
-        enable_thinking: settings.thinking,
-        // A long prompt is read in steps: say how far, until the first words arrive.
-        onPromptProgress: ({ done, total }) => {
-          if (!reply.textContent) {
-            q('.chat-stats').textContent = `Reading the prompt: ${done.toLocaleString('en')} / ${total.toLocaleString('en')} tokens…`;
-          }
-        },
-      })) {
-        reply.textContent += c.choices[0].delta.content ?? '';
-        finish = c.choices[0].finish_reason ?? finish;
-        if (c.usage && c.timings) {
-          q('.chat-stats').textContent =
-            `prompt ${c.usage.prefilled_tokens} new tokens at ${c.timings.prefill_tokens_per_s.toFixed(1)} tok/s · ` +
-            `reply ${c.usage.completion_tokens} tokens at ${c.timings.decode_tokens_per_s.toFixed(1)} tok/s` +
-            (c.choices[0].finish_reason === 'abort' ? ' · stopped' : '');
-        }
-      }
-      reply.dataset.finish = finish;
-      if (finish === 'abort') reply.classList.add('stopped');
-      this.history.push({ role: 'assistant', content: reply.textContent ?? '' });
-      this.root.dataset.state = 'done';
-    } catch (e) {
-      this.history.pop();
-      reply.classList.add('failed');
-      reply.textContent = String((e as Error).message ?? e);
-      this.root.dataset.state = 'error';
-    } finally {
-      this.busy = false;
-      q('.chat-stop').hidden = true;
-    }
-  }
-}
-const chat = new Chat();
+    if (!model || model.startsWith('scripted:')) throw new Error('Choose a model first (lilypad: Choose model).');
+    return engineFor(model, modelStatus);
+  },
+  options: () => ({
+    max_tokens: 1024,
+    temperature: settings.temperature,
+    top_p: settings.topP,
+    top_k: settings.topK,
+    enable_thinking: settings.thinking,
+  }),
+});
+stopOnEscape(chatBox, chat);
+const openChat = (text?: string) => {
+  chatBox.open = true;
+  chat.open(text);
+};
 
 const gpu = await probeWebGpu();
 const banner = q('#lilypad-gpu');
 banner.dataset.webgpu = String(gpu.ok);
-banner.textContent = gpu.ok ? '' : `No WebGPU in this view (${gpu.reason}): models run with the native lilypad binary; scripted replies still work here.`;
+banner.dataset.cpu = String(gpu.cpu);
+// A GPU needs no banner; a CPU fallback is named (it is slow), and without WebGPU the native binary runs the models.
+banner.textContent = !gpu.ok
+  ? `No WebGPU in this view (${gpu.reason}): models run with the native lilypad binary; scripted replies still work here.`
+  : gpu.cpu ? gpu.text : '';
 post({ type: 'ready', webgpu: gpu.ok, reason: gpu.reason });
 
 // A configured model that is already in the view's cache is loaded right away, so the first

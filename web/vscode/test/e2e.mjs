@@ -45,6 +45,10 @@ const cache = process.env.LILYPAD_CACHE ?? join(homedir(), '.cache/lilypad');
 const PYTHON = process.env.PYTHON ?? (existsSync(join(cache, 'py-tests/bin/python')) ? join(cache, 'py-tests/bin/python') : 'python3');
 const PORT = Number(process.env.CODE_SERVER_PORT ?? 18000 + Math.floor(Math.random() * 1000));
 const step = (what) => console.log(`vscode-e2e: ${what}`);
+// Screenshots of the main states (the whole window: editor, view and chat) go to $E2E_SCREENSHOTS.
+const SHOTS = process.env.E2E_SCREENSHOTS;
+if (SHOTS) mkdirSync(SHOTS, { recursive: true });
+const shot = async (name) => SHOTS && page.screenshot({ path: join(SHOTS, `vscode-${name}.png`) });
 assert.ok(existsSync(VSIX), `${VSIX} is missing: run scripts/build-vscode.sh`);
 
 const work = mkdtempSync(join(tmpdir(), 'lilypad-vscode-e2e-'));
@@ -211,7 +215,7 @@ async function ask(view, question) {
   // the view never hears it. Say so and send once more; a view that hears and hangs fails below.
   if (!(await replyStarted(30_000))) {
     console.log(`  (the send did not reach the view: ${JSON.stringify(await view.evaluate(() => ({
-      state: document.getElementById('lilypad-chat').dataset.state, input: document.querySelector('.chat-input').value,
+      state: document.querySelector('#lilypad-chat .chat').dataset.state, input: document.querySelector('.chat-input').value,
       stats: document.querySelector('.chat-stats')?.textContent })))}; sending again)`);
     await view.fill('.chat-input', question);
     await view.click('.chat-send');
@@ -219,14 +223,14 @@ async function ask(view, question) {
   const start = Date.now();
   try {
     await view.waitForFunction((n) => document.querySelectorAll('.chat-message.assistant').length > n
-      && ['done', 'error'].includes(document.getElementById('lilypad-chat').dataset.state), before, { timeout: 300_000 });
+      && ['done', 'error'].includes(document.querySelector('#lilypad-chat .chat').dataset.state), before, { timeout: 300_000 });
   } catch (e) {
     // Say where it stood: no reply bubble, a reply still growing, or a finished one whose state was not set.
     const where = await view.evaluate(() => {
       const replies = [...document.querySelectorAll('.chat-message.assistant')];
       const last = replies.at(-1)?.textContent ?? '';
       return {
-        state: document.getElementById('lilypad-chat').dataset.state, replies: replies.length,
+        state: document.querySelector('#lilypad-chat .chat').dataset.state, replies: replies.length,
         replyChars: last.length, replyTail: last.slice(-80), stats: document.querySelector('.chat-stats')?.textContent,
         model: document.querySelector('.agent-model-status')?.textContent, lora: document.body.dataset.lora,
       };
@@ -234,7 +238,7 @@ async function ask(view, question) {
     throw new Error(`no complete reply after ${((Date.now() - start) / 1000).toFixed(0)} s: ${JSON.stringify(where)}`, { cause: e });
   }
   const reply = await view.locator('.chat-message.assistant').last().textContent();
-  assert.equal(await view.getAttribute('#lilypad-chat', 'data-state'), 'done', reply);
+  assert.equal(await view.getAttribute('#lilypad-chat .chat', 'data-state'), 'done', reply);
   console.log(`  (reply in ${((Date.now() - start) / 1000).toFixed(1)} s: ${await view.textContent('.chat-stats')})`);
   return reply;
 }
@@ -266,7 +270,7 @@ try {
 
   step('Python in the view: the tests fail before the fix');
   await view.click('.agent-run-tests');
-  await view.waitForSelector('.agent-test-output:not([hidden])', { timeout: 60_000 });
+  await view.waitForSelector('.agent-test-result:not([hidden])', { timeout: 60_000 });
   assert.equal(await view.getAttribute('.agent-test-output', 'data-passed'), 'false', await view.textContent('.agent-test-output'));
   assert.match(await view.textContent('.agent-test-output'), /failed/);
 
@@ -294,6 +298,7 @@ try {
   await view.waitForSelector('#lilypad-pending:not([hidden]) li[data-path="calendar_utils.py"]', { timeout: 30_000 });
   assert.equal(readFileSync(join(folder, 'calendar_utils.py'), 'utf8'), original, 'the file on disk is untouched before accepting');
   assert.equal(pytest().ok, false, 'the tests still fail on disk before accepting');
+  await shot('pending');
 
   step('discarding drops the proposal and puts the view back to the disk');
   await view.click('li[data-path="calendar_utils.py"] .pending-discard');
@@ -353,12 +358,13 @@ try {
     step(`${basename(MODEL)} in the view's engine: "lilypad: Choose model" sets its URL`);
     await view.selectOption('.agent-model', 'engine');
     await chooseModelUrl(modelUrl);
-    await view.waitForFunction((url) => document.querySelector('.agent-model-input').value === url, modelUrl, { timeout: 30_000 });
+    await view.waitForFunction((url) => document.body.dataset.modelSetting === url && document.querySelector('.agent-model-chooser').dataset.value === url, modelUrl, { timeout: 30_000 });
     const question = 'What is the capital of France?';
     step('"lilypad: Chat" downloads the model and answers');
     const first = await ask(view, question);
     console.log(`  ${JSON.stringify(first)}; ${await view.textContent('.agent-model-status')}; ${await view.textContent('.chat-stats')}`);
     assert.match(first, /Paris/);
+    await shot('chat');
     assert.ok(modelBytesSent() > 0, 'the model was downloaded');
     await view.fill('.agent-max-steps', String(STEPS));
     await view.fill('.agent-max-tokens', String(TOKENS));
@@ -416,7 +422,7 @@ try {
     assert.equal(fromUrl, first, 'the same greedy answer after the restart');
 
     step('the model as a file on disk (the lilypad.model setting): the same greedy answer');
-    await changeSetting('lilypad.model', MODEL, again, (m) => document.querySelector('.agent-model-input').value === m);
+    await changeSetting('lilypad.model', MODEL, again, (m) => document.body.dataset.modelSetting === m);
     await again.click('.chat-clear');
     const fromFile = await ask(again, question);
     console.log(`  "lilypad: Chat": ${JSON.stringify(fromFile)}; ${await again.textContent('.agent-model-status')}`);
@@ -427,7 +433,7 @@ try {
     step('a LoRA adapter (lilypad.lora): the tiny llama from disk, without, with and without its adapter');
     const tiny = join(loraFixture, 'model/model.gguf');
     const adapterDir = join(loraFixture, 'adapter');
-    await changeSetting('lilypad.model', tiny, again, (m) => document.querySelector('.agent-model-input').value === m);
+    await changeSetting('lilypad.model', tiny, again, (m) => document.body.dataset.modelSetting === m);
     await again.click('.chat-clear');
     const tinyBase = await ask(again, question);
     const loraSet = async (value) => {
@@ -442,7 +448,7 @@ try {
     assert.notEqual(tinyLora, tinyBase, 'the adapter changes the greedy answer');
     assert.equal(await loraSet(''), tinyBase, 'removing the adapter restores the base model');
     // The native part replays scripted replies.
-    await changeSetting('lilypad.model', `scripted:${nativeReplies}`, again, (m) => document.querySelector('.agent-model-input').value === m);
+    await changeSetting('lilypad.model', `scripted:${nativeReplies}`, again, (m) => document.body.dataset.modelSetting === m);
   } else {
     step(`real model skipped: ${MODEL ? 'the view has no WebGPU' : 'set LILYPAD_MODEL'}`);
     assert.ok(!(process.env.LILYPAD_REQUIRE_MODEL === '1' && MODEL), 'LILYPAD_REQUIRE_MODEL=1 needs WebGPU in the view');
