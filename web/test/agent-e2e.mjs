@@ -19,7 +19,7 @@
 // scripts/test-extended.sh).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -54,6 +54,9 @@ const server = await startServer({ models: MODEL ? dirname(MODEL) : work, dist: 
 const browser = await launchBrowser(chromium, { acceptDownloads: true });
 const { page, pageLog } = browser;
 
+const SHOTS = process.env.E2E_SCREENSHOTS;
+if (SHOTS) mkdirSync(SHOTS, { recursive: true });
+const shot = async (name) => SHOTS && page.screenshot({ path: join(SHOTS, `${name}.png`), fullPage: true });
 const panelState = () => page.evaluate(() => document.getElementById('agent').dataset.state);
 async function openPage() {
   await page.goto(`${server.url}/agent.html`);
@@ -65,14 +68,17 @@ async function romanWithTheModel() {
   await page.setInputFiles('.agent-folder', romanCopy);
   await waitReady();
   await page.selectOption('.agent-model', 'engine');
-  await page.fill('.agent-model-input', `/models/${basename(MODEL)}`);
+  // The shared chooser's first preset is the model served with the page.
+  await page.selectOption('.model-preset', 'smollm2-135m');
+  assert.equal(await page.getAttribute('.agent-model-chooser', 'data-value'), `/models/${basename(MODEL)}`);
   await page.fill('.agent-task-text', readFileSync(join(examples, 'roman/TASK.md'), 'utf8'));
 }
 async function waitReady() {
   await page.waitForFunction(() => ['ready', 'empty'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
   assert.equal(await panelState(), 'ready', await page.textContent('.agent-project-status'));
 }
-const shell = (command) => page.evaluate((c) => window.lilypadAgent.panel.session.tool('Bash', { command: c }), command);
+const shell = (command, timeout) =>
+  page.evaluate(([c, t]) => window.lilypadAgent.panel.session.tool('Bash', { command: c, ...(t && { timeout: t }) }), [command, timeout]);
 
 try {
   step('1. Pyodide: pytest fails, an Edit through the tools, pytest passes');
@@ -134,6 +140,25 @@ try {
   assert.match(undone.content, /failed/);
   console.log(`  undo:   ${undone.content.trim().split('\n').at(-1)}`);
 
+  // A program that never ends is stopped at the command's time limit, and the tab goes on.
+  const loops = [
+    ['python3 -c "while True: pass"', 'a busy loop'],
+    ['python3 -c "import time; time.sleep(3600)"', 'a sleep'],
+    ["printf 'def test_forever():\\n    while True:\\n        pass\\n' > test_forever.py && python -m pytest -q test_forever.py", 'a test that never ends'],
+  ];
+  for (const [command, what] of loops) {
+    started = Date.now();
+    const stopped = await shell(command, 2000);
+    const ms = Date.now() - started;
+    console.log(`  ${what}: stopped after ${ms} ms: ${JSON.stringify(stopped.content.trim().split('\n').at(-1))}`);
+    assert.equal(stopped.is_error, true, stopped.content);
+    assert.match(stopped.content, /timed out after 2000 ms/, stopped.content);
+    assert.ok(ms < 10_000, `${what} took ${ms} ms to stop`);
+    results[`python_stop_ms_${what.replace(/\W+/g, '_')}`] = ms;
+  }
+  assert.equal((await shell('rm test_forever.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
+
+
   step('2. a scripted model fixes examples/leap-year in the panel; the patch is downloaded');
   await openPage();
   await page.setInputFiles('.agent-zip', zipPath);
@@ -150,6 +175,12 @@ try {
     call('Bash', { command: 'python -m pytest -q', description: 'Run the tests again' }),
     'Centuries are leap years only when divisible by 400; the tests pass now.',
   ];
+  // The tests fail before the fix; the summary line is shown on its own, whatever the output's length.
+  await page.click('.agent-run-tests');
+  assert.equal(await page.getAttribute('.agent-test-result', 'data-passed'), 'false');
+  const failedSummary = await page.textContent('.agent-test-summary');
+  assert.match(failedSummary, /^\d+ failed, \d+ passed in [\d.]+s$/, failedSummary);
+  assert.equal(await page.isVisible('.agent-test-stale'), false);
   await page.selectOption('.agent-model', 'scripted');
   await page.fill('.agent-model-input', JSON.stringify(replies));
   await page.fill('.agent-task-text', readFileSync(join(examples, 'leap-year/TASK.md'), 'utf8'));
@@ -168,7 +199,19 @@ try {
   assert.equal(await page.locator('.agent-step').count(), 5);
   // Scripted replies measure nothing: no prompt or speed figures are shown for them.
   assert.equal(await page.locator('.agent-step-stats').count(), 0, await page.textContent('.agent-steps'));
-  assert.ok((await page.textContent('.agent-steps')).includes('Run the tests first.'), 'streamed text is shown');
+  // Thinking is shown folded, apart from the reply.
+  const thinking = page.locator('.agent-step').first().locator('details.thinking');
+  assert.equal(await thinking.count(), 1);
+  assert.equal(await thinking.evaluate((d) => d.open), false, 'thinking is folded once the reply goes on');
+  assert.equal((await thinking.locator('.thinking-text').textContent()).trim(), 'Run the tests first.');
+  // The test output from before the agent's fix is marked stale; a new run replaces it.
+  assert.equal(await page.getAttribute('.agent-test-result', 'data-stale'), 'true');
+  assert.equal(await page.isVisible('.agent-test-stale'), true);
+  await shot('agent-scripted-done');
+  await page.click('.agent-run-tests');
+  assert.equal(await page.getAttribute('.agent-test-result', 'data-stale'), 'false');
+  assert.equal(await page.getAttribute('.agent-test-result', 'data-passed'), 'true');
+  assert.match(await page.textContent('.agent-test-summary'), /^\d+ passed in [\d.]+s$/);
   // Each call is shown once: named, its arguments with real line breaks, no <tool_call> markup.
   const outputs = await page.locator('.agent-step-output').allTextContents();
   assert.ok(outputs.every((o) => !o.includes('<tool_call>')), JSON.stringify(outputs));
@@ -178,6 +221,19 @@ try {
   // The changed file is marked and opens in the editor.
   await page.click('.agent-files button[data-path="calendar_utils.py"][data-change="modified"]');
   assert.match(await page.textContent('.agent-editor'), /return year % 400 == 0/);
+  // The editor names its file and says it was changed.
+  assert.equal(await page.textContent('.agent-editor-name'), 'calendar_utils.py');
+  assert.equal(await page.getAttribute('.agent-editor-name', 'data-change'), 'modified');
+  // A narrow window (an editor's side bar): the file list goes above a full-width editor.
+  const wide = page.viewportSize();
+  await page.setViewportSize({ width: 420, height: 900 });
+  const editorWidth = await page.evaluate(() => document.querySelector('.agent-editor').getBoundingClientRect().width);
+  assert.ok(editorWidth > 300, `the editor is ${editorWidth} px wide in a 420 px window`);
+  await shot('agent-narrow');
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await shot('agent-narrow-dark');
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize(wide);
   const downloaded = page.waitForEvent('download');
   await page.click('.agent-download-patch');
   const download = await downloaded;

@@ -33,6 +33,8 @@ export interface PythonHost {
     stdin: Uint8Array;
     /** Every file of the project, relative to root. */
     files: Array<[string, Uint8Array]>;
+    /** The command's time left: the host stops the program when it runs out (absent: no limit). */
+    timeout_ms?: number;
   }): {
     exitCode: number;
     output: Array<{ stream: 'stdout' | 'stderr'; text: string }>;
@@ -411,6 +413,10 @@ impl JsPython {
             .and_then(|_| set("argv", &argv_js))
             .and_then(|_| set("stdin", &Uint8Array::from(io.stdin())))
             .and_then(|_| set("files", &files))
+            .and_then(|_| match io.time_left() {
+                Some(t) => set("timeout_ms", &JsValue::from_f64(t.as_secs_f64() * 1e3)),
+                None => Ok(()),
+            })
             .map_err(|e| js_message(&e))?;
         let answer = self.0.run(&request).map_err(|e| js_message(&e))?;
         let output = get(&answer, "output");

@@ -536,6 +536,7 @@ struct ScratchPython {
     sandbox: Sandbox,
 }
 
+/// The longest a program may run, whatever the command's own time limit leaves it.
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl PythonRunner for ScratchPython {
@@ -620,12 +621,15 @@ fn run_python(
     });
     let out = drain_capped(child.stdout.take());
     let err = drain_capped(child.stderr.take());
+    let limit = io
+        .time_left()
+        .map_or(PYTHON_TIMEOUT, |t| t.min(PYTHON_TIMEOUT));
     let started = std::time::Instant::now();
     let finished = loop {
         if lilypad_agent::shell::exited(&mut child) {
             break true;
         }
-        if started.elapsed() > PYTHON_TIMEOUT {
+        if started.elapsed() > limit {
             break false;
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -656,7 +660,7 @@ fn run_python(
     match status {
         Some(s) => Ok(s.code().unwrap_or(128)),
         None => {
-            io.write_stderr(format!("timed out after {} s\n", PYTHON_TIMEOUT.as_secs()).as_bytes());
+            io.write_stderr(format!("timed out after {:.1} s\n", limit.as_secs_f64()).as_bytes());
             Ok(124)
         }
     }

@@ -1981,3 +1981,53 @@ fn commands_meet_the_repository_size_limit() {
     // As on a full disk, the redirection made the file before the write failed.
     assert_eq!(r.read(&RepoPath::new("numbers.txt").unwrap()).unwrap(), b"");
 }
+
+/// Stands in for a Python host with a time limit: it is told the command's time left, and runs
+/// until then (as Pyodide does before its deadline interrupts the program), then says so.
+struct LimitedPython {
+    told: std::rc::Rc<std::cell::RefCell<Vec<Duration>>>,
+}
+
+impl PythonRunner for LimitedPython {
+    fn run(
+        &mut self,
+        _repo: &mut dyn Repository,
+        _cwd: &RepoPath,
+        _argv: &[String],
+        io: &mut ProgramIo,
+    ) -> i32 {
+        let left = io.time_left().expect("a command always has a time limit");
+        self.told.borrow_mut().push(left);
+        std::thread::sleep(left + Duration::from_millis(5));
+        io.write_stderr(b"python3: stopped at the command's time limit\n");
+        124
+    }
+}
+
+#[test]
+fn python_gets_the_time_left_and_its_stop_times_the_command_out() {
+    let mut repo = fixture();
+    let told = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let mut sh = VirtualShell::new().with_python(Box::new(LimitedPython { told: told.clone() }));
+    let out = sh.run(
+        &mut repo,
+        "echo before; python3 -c 'while True: pass'; echo after",
+        Duration::from_millis(400),
+    );
+    let left = told.borrow()[0];
+    assert!(
+        left <= Duration::from_millis(400) && left > Duration::from_millis(200),
+        "{left:?}"
+    );
+    assert!(out.output.starts_with("before\n"), "{out:?}");
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert!(
+        !out.output.contains("after"),
+        "the command ends with the program: {out:?}"
+    );
+    assert!(
+        out.output.contains("stopped at the command's time limit"),
+        "{out:?}"
+    );
+}

@@ -17,9 +17,20 @@ const SKIPPED = new Set(['__pycache__', '.pytest_cache', '.git']);
 
 /** Runs one command line inside the interpreter (see runCommand below). */
 const DRIVER = String.raw`
-import io, importlib, os, runpy, shutil, sys, traceback
+import io, importlib, os, runpy, shutil, sys, time, traceback
 
 sys.dont_write_bytecode = True
+
+# On the page's thread a sleep is one busy wait that no interrupt reaches: sleep in short
+# slices, asking the host's deadline (_lilypad_expired, set by the runner) between them.
+_sleep_slice = time.sleep
+def _sleep(secs):
+    end = time.monotonic() + max(0.0, float(secs))
+    while (left := end - time.monotonic()) > 0:
+        if _lilypad_expired():
+            raise KeyboardInterrupt
+        _sleep_slice(min(left, 0.02))
+time.sleep = _sleep
 _base_path = list(sys.path)
 
 def _purge(root):
@@ -41,7 +52,7 @@ def _exit_code(e):
     print(e.code, file=sys.stderr)
     return 1
 
-def _lilypad_run(argv, cwd, root, stdin):
+def _lilypad_run(argv, cwd, root, stdin, disarm):
     argv = list(argv)
     _purge(root)
     os.chdir(cwd)
@@ -99,6 +110,11 @@ def _lilypad_run(argv, cwd, root, stdin):
         return 0
     except SystemExit as e:
         return _exit_code(e)
+    except KeyboardInterrupt:
+        # The host's deadline (the browser has no other way to stop a program).
+        disarm()
+        print(f'{prog}: stopped at the command\'s time limit', file=sys.stderr)
+        return 124
     except BaseException:
         traceback.print_exc()
         return 1
@@ -130,10 +146,50 @@ export async function loadPython(options: PythonOptions = {}): Promise<PyodideRu
   return new PyodideRunner(pyodide);
 }
 
+/** How often a program that swallowed the interrupt is interrupted again. */
+const INTERRUPT_AGAIN_MS = 250;
+
+/**
+ * A program's time limit, as Pyodide's interrupt buffer. While Python runs, Pyodide reads the
+ * buffer's first element every few dozen bytecodes and raises KeyboardInterrupt when it is 2
+ * (SIGINT), then writes 0. This one reads the clock instead of shared memory, so it stops
+ * `while True: pass` on the page's own thread: no worker, no SharedArrayBuffer, no cross-origin
+ * isolation (which editor webviews do not have).
+ */
+class Deadline {
+  private at = Infinity;
+
+  get 0(): number {
+    if (performance.now() < this.at) return 0;
+    this.at = performance.now() + INTERRUPT_AGAIN_MS;
+    return 2;
+  }
+
+  set 0(_: number) {
+    // Pyodide clears a delivered signal; the clock decides the next one.
+  }
+
+  /** The limit has passed (for waits that no interrupt reaches). */
+  get expired(): boolean {
+    return performance.now() >= this.at;
+  }
+
+  arm(ms: number) {
+    this.at = performance.now() + Math.max(0, ms);
+  }
+
+  disarm() {
+    this.at = Infinity;
+  }
+}
+
 export class PyodideRunner implements PythonHost {
   private output: RunResult['output'] = [];
+  private deadline = new Deadline();
 
   constructor(readonly pyodide: PyodideAPI) {
+    pyodide.setInterruptBuffer(this.deadline as unknown as Int32Array);
+    pyodide.globals.set('_lilypad_expired', () => this.deadline.expired);
     for (const stream of ['stdout', 'stderr'] as const) {
       const decoder = new TextDecoder();
       const write = (bytes: Uint8Array) => {
@@ -161,9 +217,16 @@ export class PyodideRunner implements PythonHost {
     this.output = [];
     const run = this.pyodide.globals.get('_lilypad_run');
     let exitCode: number;
+    if (request.timeout_ms !== undefined) this.deadline.arm(request.timeout_ms);
     try {
-      exitCode = run(request.argv, request.cwd, root, new TextDecoder().decode(request.stdin)) as number;
+      exitCode = run(request.argv, request.cwd, root, new TextDecoder().decode(request.stdin), () => this.deadline.disarm()) as number;
+    } catch (e) {
+      // Interrupted again while the driver was cleaning up: the program is stopped all the same.
+      if (!String((e as Error)?.message ?? e).includes('KeyboardInterrupt')) throw e;
+      this.output.push({ stream: 'stderr', text: `${request.argv[0]}: stopped at the command's time limit\n` });
+      exitCode = 124;
     } finally {
+      this.deadline.disarm();
       run.destroy();
     }
     const after = readTree(FS, root);

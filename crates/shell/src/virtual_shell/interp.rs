@@ -119,6 +119,21 @@ impl Budget {
         self.deadline
     }
 
+    /// Time left before the deadline (none: no deadline).
+    pub fn time_left(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(web_time::Instant::now()))
+    }
+
+    /// Reads the clock now (after a program that ran outside the step count).
+    pub fn check_clock(&mut self) -> Result<(), Flow> {
+        if self.deadline.is_some_and(|d| web_time::Instant::now() >= d) {
+            self.steps_left = 0;
+            return Err(Flow::Timeout);
+        }
+        Ok(())
+    }
+
     pub fn tick(&mut self, n: u64) -> Result<(), Flow> {
         if self.steps_left < n {
             self.steps_left = 0;

@@ -109,6 +109,7 @@ pub struct ProgramIo {
     /// Output in the order written.
     chunks: Vec<(Stream, Vec<u8>)>,
     written: usize,
+    time_left: Option<Duration>,
 }
 
 impl ProgramIo {
@@ -117,7 +118,18 @@ impl ProgramIo {
             stdin,
             chunks: Vec::new(),
             written: 0,
+            time_left: None,
         }
+    }
+
+    /// The command's time left: the runner stops the program when it runs out.
+    pub fn with_time_left(mut self, time_left: Option<Duration>) -> Self {
+        self.time_left = time_left;
+        self
+    }
+
+    pub fn time_left(&self) -> Option<Duration> {
+        self.time_left
     }
 
     pub fn stdin(&self) -> &[u8] {

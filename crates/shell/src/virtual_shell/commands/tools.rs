@@ -269,7 +269,7 @@ pub(super) fn python(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         ctx.err(format_args!("bash: {name}: command not found"));
         return Ok(127);
     };
-    let mut io = ProgramIo::new(stdin);
+    let mut io = ProgramIo::new(stdin).with_time_left(sh.budget.time_left());
     let status = runner.run(&mut *sh.repo, &cwd, &argv, &mut io);
     for (stream, bytes) in io.output() {
         let fd = if *stream == Stream::Stderr {
@@ -279,6 +279,9 @@ pub(super) fn python(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         };
         ctx.sh.write(fd, bytes);
     }
+    // The program ran outside the step count: a runner that stopped it at the limit (or one
+    // that overran it) ends the command as timed out.
+    ctx.sh.budget.check_clock()?;
     Ok(status)
 }
 
