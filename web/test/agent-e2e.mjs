@@ -323,6 +323,21 @@ try {
       first_output: t.steps[0].raw_output.slice(0, 200),
     };
     console.log(`  ${await page.textContent('.agent-run-status')} in ${results.model_run_ms} ms: ${JSON.stringify(results.model.steps)}`);
+
+    step("3c. after a reload, the agent's opening (system prompt and tools) comes from OPFS");
+    await romanWithTheModel();
+    await page.fill('.agent-max-steps', '1');
+    await page.fill('.agent-max-tokens', '4');
+    await page.fill('.agent-temperature', '0');
+    await page.uncheck('.agent-thinking');
+    started = Date.now();
+    await page.click('.agent-run');
+    await page.waitForFunction(() => ['done', 'error'].includes(document.getElementById('agent').dataset.state), null, { timeout: LONG });
+    const again = (await page.evaluate(() => window.lilypadAgent.panel.trajectory)).steps[0];
+    console.log(`  first step: ${again.prefilled_tokens} of ${again.prompt_tokens} tokens read in ${Math.round(again.prefill_ms)} ms (was ${results.model.steps[0].prefilled} in ${results.model.steps[0].prefill_ms} ms)`);
+    assert.equal(again.prompt_tokens, t.steps[0].prompt_tokens);
+    assert.ok(again.prefilled_tokens < again.prompt_tokens / 2, JSON.stringify(again));
+    results.model.reloaded_first_step = { prefilled: again.prefilled_tokens, prefill_ms: Math.round(again.prefill_ms), run_ms: Date.now() - started };
   } else {
     step(`3b. skipped: ${MODEL ? 'AGENT_E2E_STEPS=0 (scripts/test-extended.sh runs it)' : 'LILYPAD_MODEL is not set'}`);
   }

@@ -412,6 +412,41 @@ try {
   assert.equal((await errorShown()).hidden, true);
   const chat = await generate('Hello!', { raw: false, maxTokens: 4 });
   assert.ok(chat.text.length > 0, 'the chat answers after a retry');
+  step("a conversation's opening is kept in OPFS: after a reload only the rest of the prompt is read");
+  // A system message no earlier run has used, so the first request computes its opening.
+  const opening = { role: 'system', content: `You are a concise assistant for a geography quiz. Answer in one short sentence, without any preamble, and never ask a question back. Session ${Date.now()}.` };
+  const ask = () => page.evaluate(async (messages) => {
+    const r = await globalThis.lilypadEngine().chat.completions.create({ messages, temperature: 0, max_tokens: 8 });
+    return { text: r.choices[0].message.content, usage: r.usage };
+  }, [opening, { role: 'user', content: QUESTION }]);
+  const openDebugPage = async () => {
+    await page.goto(`${server.url}/?debug`);
+    await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+    assert.equal((await loadModel(preset('smollm2-135m'))).state, 'ready', JSON.stringify(await errorShown()));
+  };
+  await openDebugPage();
+  const computed = await ask();
+  assert.equal(computed.usage.prefilled_tokens, computed.usage.prompt_tokens, JSON.stringify(computed.usage));
+  const stored = await page.evaluate(async () => {
+    const dir = await (await navigator.storage.getDirectory()).getDirectoryHandle('lilypad-prompt-states');
+    // The state is written in the background: wait until it has its name.
+    for (let i = 0; i < 100; i++) {
+      const names = [];
+      for await (const [name] of dir) names.push(name);
+      if (names.some((n) => n.endsWith('.lpstate'))) return names;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return [];
+  });
+  assert.ok(stored.some((n) => n.endsWith('.lpstate')), JSON.stringify(stored));
+  await openDebugPage();
+  const restored = await ask();
+  console.log(`  first: ${computed.usage.prefilled_tokens} of ${computed.usage.prompt_tokens} tokens read; after a reload: ${restored.usage.prefilled_tokens} of ${restored.usage.prompt_tokens} (${stored.length} file(s) in OPFS)`);
+  assert.equal(restored.usage.prompt_tokens, computed.usage.prompt_tokens);
+  assert.ok(restored.usage.prefilled_tokens < restored.usage.prompt_tokens / 2, JSON.stringify(restored.usage));
+  assert.equal(restored.text, computed.text, 'the same greedy answer from the stored opening');
+  results.prompt_state = { prompt_tokens: computed.usage.prompt_tokens, read_after_reload: restored.usage.prefilled_tokens };
+
   step('a GPU device lost mid-generation, then the model loaded again');
   await page.goto(`${server.url}/?debug`);
   await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);

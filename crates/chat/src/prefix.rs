@@ -2,35 +2,15 @@
 //! its state is saved under a key of the model's weights and the opening's tokens, and a new
 //! session that opens the same way starts from it instead of evaluating it again.
 
-use std::collections::HashMap;
-
 use lilypad_engine::Model;
 use sha2::{Digest, Sha256};
 
-/// Where opening states are kept between sessions. Failures to save are the store's to
-/// report (a lost cache costs time, never a wrong answer: states carry their key).
-pub trait PrefixStore: Send {
+/// Where opening states are kept between sessions: files natively ([`DirPrefixStore`]), the
+/// browser's private file system through its worker (`lilypad-wasm`). Failures to save are the
+/// store's to report (a lost cache costs time, never a wrong answer: states carry their key).
+pub trait PrefixStore {
     fn load(&mut self, key: &str) -> Option<Vec<u8>>;
     fn save(&mut self, key: &str, state: &[u8]);
-}
-
-/// States kept in memory: what the browser hands to its own storage (OPFS) and fills from it.
-#[derive(Default)]
-pub struct MemoryPrefixStore {
-    pub states: HashMap<String, Vec<u8>>,
-    /// Keys saved since the page last collected them.
-    pub unsaved: Vec<String>,
-}
-
-impl PrefixStore for MemoryPrefixStore {
-    fn load(&mut self, key: &str) -> Option<Vec<u8>> {
-        self.states.get(key).cloned()
-    }
-
-    fn save(&mut self, key: &str, state: &[u8]) {
-        self.states.insert(key.into(), state.to_vec());
-        self.unsaved.push(key.into());
-    }
 }
 
 /// States as files in a folder, `<key>.lpstate`, each written whole before it is named; the

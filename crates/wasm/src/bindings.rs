@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use js_sys::{Function, Promise};
-use lilypad_chat::ChatSession;
+use lilypad_chat::{ChatSession, PrefixStore};
 use lilypad_engine::{
     AdapterOptions, EngineError, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions,
 };
@@ -36,6 +36,53 @@ export interface ModelReader {
   readAt(offset: number, length: number): Uint8Array | undefined;
 }
 "#;
+
+#[wasm_bindgen(typescript_custom_section)]
+const PROMPT_STATES: &str = r#"
+/**
+ * Where a conversation's opening (the system prompt with its tools) is kept once computed, so
+ * that a later conversation that opens the same way, after a reload too, starts from it.
+ * `load` answers synchronously (the worker reads its file with FileReaderSync); `save` may
+ * store in the background. Keys name the model's weights and the opening's tokens.
+ */
+export interface PromptStateStore {
+  load(key: string): Uint8Array | undefined;
+  save(key: string, state: Uint8Array): void;
+}
+"#;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(typescript_type = "PromptStateStore")]
+    pub type PromptStateStore;
+
+    #[wasm_bindgen(method, catch)]
+    fn load(this: &PromptStateStore, key: &str) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(method, catch)]
+    fn save(this: &PromptStateStore, key: &str, state: &[u8]) -> Result<(), JsValue>;
+}
+
+/// The page's [`PromptStateStore`] as the chat session's prefix store. A store that fails
+/// costs time only: the opening is evaluated again.
+struct JsPrefixStore(PromptStateStore);
+
+impl PrefixStore for JsPrefixStore {
+    fn load(&mut self, key: &str) -> Option<Vec<u8>> {
+        let state = self.0.load(key).ok()?;
+        state
+            .dyn_ref::<js_sys::Uint8Array>()
+            .map(js_sys::Uint8Array::to_vec)
+    }
+
+    fn save(&mut self, key: &str, state: &[u8]) {
+        if let Err(e) = self.0.save(key, state) {
+            web_sys::console::warn_1(
+                &format!("lilypad: the prompt state was not saved: {e:?}").into(),
+            );
+        }
+    }
+}
 
 #[wasm_bindgen(start)]
 fn start() {
@@ -338,6 +385,16 @@ impl Engine {
             }
         }
         Ok(to_js(&s.info.lora)?)
+    }
+
+    /// Keeps conversations' openings in `store` (none: not kept beyond the conversation).
+    #[wasm_bindgen(js_name = setPromptStateStore)]
+    pub fn set_prompt_state_store(&self, store: Option<PromptStateStore>) -> Result<(), JsValue> {
+        let mut session = self.session.try_borrow_mut().map_err(|_| busy())?;
+        let s = session.as_mut().ok_or_else(unloaded)?;
+        s.chat
+            .set_prefix_store(store.map(|s| Box::new(JsPrefixStore(s)) as Box<dyn PrefixStore>));
+        Ok(())
     }
 
     /// Forgets the cached conversation.

@@ -10,6 +10,7 @@ import { type SyncFile, fetchModel } from './cache';
 import { LilypadError, errorData } from './errors';
 import { opfsStore } from './opfs';
 import { readLoraFiles } from './lora';
+import { openPromptStates } from './prompt-states';
 import type { FromWorker, LoadOptions, LoraSource, ModelSource, Progress, ToWorker } from './protocol';
 import { type ModelReader, blobReader, fileReader } from './readers';
 
@@ -92,6 +93,8 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
     // The weights are on the GPU now; release the file so the page may delete it.
     file?.close();
   }
+  // Openings computed before (in an earlier visit too) are read instead of evaluated again.
+  engine.setPromptStateStore(await openPromptStates());
   progress({ phase: 'ready', fromCache, seconds: (performance.now() - started) / 1e3 });
   return info(adapter);
 }
