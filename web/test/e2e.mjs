@@ -446,6 +446,12 @@ try {
   assert.ok(restored.usage.prefilled_tokens < restored.usage.prompt_tokens / 2, JSON.stringify(restored.usage));
   assert.equal(restored.text, computed.text, 'the same greedy answer from the stored opening');
   results.prompt_state = { prompt_tokens: computed.usage.prompt_tokens, read_after_reload: restored.usage.prefilled_tokens };
+  // The page says what the kept openings take, and deletes them.
+  await page.waitForFunction(() => Number(document.getElementById('prompt-states').dataset.count) >= 1);
+  console.log(`  ${await page.textContent('#prompt-states')}`);
+  await page.click('#delete-prompt-states');
+  await page.waitForFunction(() => document.getElementById('prompt-states').dataset.count === '0');
+  assert.equal(await page.isVisible('#delete-prompt-states'), false);
 
   step('a GPU device lost mid-generation, then the model loaded again');
   await page.goto(`${server.url}/?debug`);

@@ -487,6 +487,8 @@ export function listCachedModels(): Promise<CachedModel[]> {
   return opfsStore.list();
 }
 
+export { deletePromptStates, promptStatesUsage } from './prompt-states';
+
 /** Deletes a cached model by its URL. */
 export async function deleteCachedModel(url: string): Promise<void> {
   await opfsStore.remove(await cacheKey(new URL(url, location.href).href));

@@ -31,12 +31,8 @@ interface SyncHandleFile extends FileSystemFileHandle {
 /** The store, or undefined where there is no OPFS (the opening is then computed each time). */
 export async function openPromptStates(): Promise<PromptStates | undefined> {
   if (!navigator.storage?.getDirectory || typeof FileReaderSync === 'undefined') return undefined;
-  let dir: FileSystemDirectoryHandle;
-  try {
-    dir = await (await navigator.storage.getDirectory()).getDirectoryHandle(DIR, { create: true });
-  } catch {
-    return undefined;
-  }
+  const dir = await folder(true);
+  if (!dir) return undefined;
   // Blobs, not bytes: a File from OPFS is read only when a state is asked for.
   const states = new Map<string, Blob>();
   for await (const [name, handle] of dir as unknown as AsyncIterable<[string, FileSystemHandle]>) {
@@ -85,4 +81,35 @@ async function write(dir: FileSystemDirectoryHandle, key: string, state: Uint8Ar
   }
   kept.sort((a, b) => b.modified - a.modified);
   for (const old of kept.slice(KEEP)) await dir.removeEntry(old.name).catch(() => {});
+}
+
+/** What the stored openings take: their count and bytes (none where there is no OPFS). */
+export async function promptStatesUsage(): Promise<{ count: number; bytes: number }> {
+  const dir = await folder(false);
+  let count = 0;
+  let bytes = 0;
+  if (!dir) return { count, bytes };
+  for await (const [name, h] of dir as unknown as AsyncIterable<[string, FileSystemHandle]>) {
+    if (h.kind !== 'file') continue;
+    if (name.endsWith(SUFFIX)) count++;
+    bytes += (await (h as FileSystemFileHandle).getFile()).size;
+  }
+  return { count, bytes };
+}
+
+/** Deletes every stored opening (the next conversation computes its own again). */
+export async function deletePromptStates(): Promise<void> {
+  const root = navigator.storage?.getDirectory ? await navigator.storage.getDirectory() : undefined;
+  await root?.removeEntry(DIR, { recursive: true }).catch((e: DOMException) => {
+    if (e?.name !== 'NotFoundError') throw e;
+  });
+}
+
+async function folder(create: boolean): Promise<FileSystemDirectoryHandle | undefined> {
+  if (!navigator.storage?.getDirectory) return undefined;
+  try {
+    return await (await navigator.storage.getDirectory()).getDirectoryHandle(DIR, { create });
+  } catch {
+    return undefined;
+  }
 }

@@ -5,7 +5,7 @@
  */
 import {
   type Engine, type LoraAdapter, type LoraInfo, type Progress, LilypadError, createEngine,
-  deleteCachedModel, listCachedModels, loraFromFiles,
+  deleteCachedModel, deletePromptStates, listCachedModels, loraFromFiles, promptStatesUsage,
 } from '../lib/index';
 import { ChatView, stopOnEscape } from '../ui/chat';
 import { ModelChooser } from '../ui/model-chooser';
@@ -28,6 +28,8 @@ const ui = {
   errorMessage: $('error-message'),
   retry: $<HTMLButtonElement>('retry'),
   cached: $<HTMLUListElement>('cached'),
+  promptStates: $('prompt-states'),
+  deletePromptStates: $<HTMLButtonElement>('delete-prompt-states'),
   info: $('info'),
   temperature: $<HTMLInputElement>('temperature'),
   topP: $<HTMLInputElement>('top-p'),
@@ -208,6 +210,13 @@ async function showInfo(e: Engine) {
 }
 
 async function refreshCached() {
+  void promptStatesUsage().then(({ count, bytes }) => {
+    ui.promptStates.dataset.count = String(count);
+    ui.promptStates.querySelector('span')!.textContent = count
+      ? `Conversation openings kept for the next visit: ${count} (${mib(bytes)}). `
+      : 'No conversation openings kept yet. ';
+    ui.deletePromptStates.hidden = count === 0;
+  });
   let models;
   try {
     models = await listCachedModels();
@@ -281,6 +290,7 @@ ui.cancelLoad.onclick = () => (loading ? loading.abort() : engine?.abort());
 ui.loraApply.onclick = () => void setLora(false);
 ui.loraRemove.onclick = () => void setLora(true);
 ui.retry.onclick = () => void load(lastSource);
+ui.deletePromptStates.onclick = () => void deletePromptStates().catch(showError).finally(refreshCached);
 setState('idle');
 void checkWebGpu();
 void refreshCached();
