@@ -149,21 +149,27 @@ export class ChatView {
   async send(text = this.input.value): Promise<void> {
     if (!this.enabled || this.busy || !text.trim()) return;
     const raw = this.mode.value === 'raw';
-    let engine: Engine;
-    try {
-      engine = await this.options.engine();
-    } catch (e) {
-      this.stats.textContent = String((e as Error).message ?? e);
-      return;
-    }
-    this.engine = engine;
+    // The question shows at once, also while the engine is still being loaded.
     this.input.value = '';
-    this.bubble(raw ? 'prompt' : 'user', text);
+    const asked = this.bubble(raw ? 'prompt' : 'user', text);
     const reply = this.bubble('assistant', '');
     reply.dataset.done = 'false';
     renderReply(reply, '');
     this.stats.textContent = '';
     this.setState('generating');
+    let engine: Engine;
+    try {
+      engine = this.engine = await this.options.engine();
+    } catch (e) {
+      // Refused or not loaded (no model yet, the agent busy, a load that failed): the
+      // question goes back into the input, and the stats line says why.
+      asked.remove();
+      reply.remove();
+      this.input.value = text;
+      this.setState('error');
+      this.stats.textContent = String((e as Error).message ?? e);
+      return;
+    }
     const started = performance.now();
     let firstMs: number | undefined;
     let written = '';

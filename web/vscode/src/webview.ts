@@ -177,7 +177,8 @@ const panel = new AgentPanel(document.getElementById('agent')!, {
       id: 'engine',
       label: 'A GGUF model in this view (WebGPU)',
       input: 'url',
-      value: settings.model,
+      // `scripted:` settings are the native fallback's; the view's chooser shows models only.
+      value: settings.model.startsWith('scripted:') ? '' : settings.model,
       // The view has no page server: presets it can download, any URL, or a file on this machine.
       chooser: {
         presets: PRESETS.filter((p) => !p.servedWithPage),
