@@ -157,8 +157,7 @@ fn nibbles8(q: vec4<u32>) -> array<vec4<f32>, 8> {
 #endif
 
 #if KQUANT
-// The eight quant words of a step: low nibbles then high nibbles, each plus its high bits
-// (Q5_K: bit `lo`/`lo + 1` of each byte of `h`; Q6_K: bits `lo`/`lo + 4`, two wide).
+// The eight quant words of a step (Q4_K): low nibbles then high nibbles.
 fn nibbles16(q0: vec4<u32>, q1: vec4<u32>) -> array<vec4<f32>, 16> {
     return array<vec4<f32>, 16>(nibbles_lo(q0.x), nibbles_lo(q0.y), nibbles_lo(q0.z), nibbles_lo(q0.w),
                                 nibbles_lo(q1.x), nibbles_lo(q1.y), nibbles_lo(q1.z), nibbles_lo(q1.w),
@@ -166,22 +165,34 @@ fn nibbles16(q0: vec4<u32>, q1: vec4<u32>) -> array<vec4<f32>, 16> {
                                 nibbles_hi(q1.x), nibbles_hi(q1.y), nibbles_hi(q1.z), nibbles_hi(q1.w));
 }
 
-fn high_bits16(h0: vec4<u32>, h1: vec4<u32>, lo: u32, hi: u32, mask: u32) -> array<vec4<f32>, 16> {
-    return array<vec4<f32>, 16>(
-        byte_fields(h0.x, lo, mask), byte_fields(h0.y, lo, mask), byte_fields(h0.z, lo, mask), byte_fields(h0.w, lo, mask),
-        byte_fields(h1.x, lo, mask), byte_fields(h1.y, lo, mask), byte_fields(h1.z, lo, mask), byte_fields(h1.w, lo, mask),
-        byte_fields(h0.x, hi, mask), byte_fields(h0.y, hi, mask), byte_fields(h0.z, hi, mask), byte_fields(h0.w, hi, mask),
-        byte_fields(h1.x, hi, mask), byte_fields(h1.y, hi, mask), byte_fields(h1.z, hi, mask), byte_fields(h1.w, hi, mask));
+// The 8-bit values of w's 4 bytes.
+fn bytes_u8(w: u32) -> vec4<f32> {
+    return vec4<f32>(f32(w & 0xffu), f32((w >> 8u) & 0xffu), f32((w >> 16u) & 0xffu), f32(w >> 24u));
 }
 
-// v + 16 * h - offset, per vec4.
-fn add_high16(v: array<vec4<f32>, 16>, h: array<vec4<f32>, 16>, offset: f32) -> array<vec4<f32>, 16> {
-    return array<vec4<f32>, 16>(
-        v[0] + 16.0 * h[0] - offset, v[1] + 16.0 * h[1] - offset, v[2] + 16.0 * h[2] - offset, v[3] + 16.0 * h[3] - offset,
-        v[4] + 16.0 * h[4] - offset, v[5] + 16.0 * h[5] - offset, v[6] + 16.0 * h[6] - offset, v[7] + 16.0 * h[7] - offset,
-        v[8] + 16.0 * h[8] - offset, v[9] + 16.0 * h[9] - offset, v[10] + 16.0 * h[10] - offset, v[11] + 16.0 * h[11] - offset,
-        v[12] + 16.0 * h[12] - offset, v[13] + 16.0 * h[13] - offset, v[14] + 16.0 * h[14] - offset, v[15] + 16.0 * h[15] - offset);
+// A step's 5-bit (Q5_K) or 6-bit (Q6_K) values: the low and high nibbles of q0, q1, each with
+// its high bits from the same byte lane of lo0, lo1 (low nibbles) or hi0, hi1 (high
+// nibbles), joined on whole words before the 16 conversions.
+fn joined16(q0: vec4<u32>, q1: vec4<u32>, lo0: vec4<u32>, lo1: vec4<u32>, hi0: vec4<u32>, hi1: vec4<u32>) -> array<vec4<f32>, 16> {
+    let n = vec4<u32>(0x0f0f0f0fu);
+    let four = vec4<u32>(4u);
+    let ql0 = (q0 & n) | (lo0 << four);
+    let ql1 = (q1 & n) | (lo1 << four);
+    let qh0 = ((q0 >> four) & n) | (hi0 << four);
+    let qh1 = ((q1 >> four) & n) | (hi1 << four);
+    return array<vec4<f32>, 16>(bytes_u8(ql0.x), bytes_u8(ql0.y), bytes_u8(ql0.z), bytes_u8(ql0.w),
+                                bytes_u8(ql1.x), bytes_u8(ql1.y), bytes_u8(ql1.z), bytes_u8(ql1.w),
+                                bytes_u8(qh0.x), bytes_u8(qh0.y), bytes_u8(qh0.z), bytes_u8(qh0.w),
+                                bytes_u8(qh1.x), bytes_u8(qh1.y), bytes_u8(qh1.z), bytes_u8(qh1.w));
 }
+
+// v - offset, per vec4.
+fn minus16(v: array<vec4<f32>, 16>, offset: f32) -> array<vec4<f32>, 16> {
+    return array<vec4<f32>, 16>(
+        v[0] - offset, v[1] - offset, v[2] - offset, v[3] - offset, v[4] - offset, v[5] - offset, v[6] - offset, v[7] - offset,
+        v[8] - offset, v[9] - offset, v[10] - offset, v[11] - offset, v[12] - offset, v[13] - offset, v[14] - offset, v[15] - offset);
+}
+
 #endif
 
 fn load_w(row: u32, c: u32) -> Ws {
@@ -215,15 +226,19 @@ fn load_w(row: u32, c: u32) -> Ws {
     let k = c % 4u;
 #if Q6_K
     // Half k / 2 of the block, ql words 8 (k % 2).. of its 16: low nibbles are the run of 32
-    // weights x starts at, high nibbles the run 64 on; two bits each from qh bytes (shift
-    // 2 (k % 2), and 4 more for the high run); one i8 scale per 16 weights.
+    // weights x starts at, high nibbles the run 64 on; their top two bits in one vec4 of the
+    // block's regrouped high bits (byte lanes as in the ql words, two ql words per word: low
+    // nibble's bits, then the high one's); one i8 scale per 16 weights.
     let hf = k / 2u;
     let part = k % 2u;
     let q0 = w_blocks[12u * blk + 4u * hf + 2u * part];
     let q1 = w_blocks[12u * blk + 4u * hf + 2u * part + 1u];
-    let h0 = w_blocks[12u * blk + 8u + 2u * hf];
-    let h1 = w_blocks[12u * blk + 8u + 2u * hf + 1u];
-    r.v = add_high16(nibbles16(q0, q1), high_bits16(h0, h1, 2u * part, 2u * part + 4u, 3u), 32.0);
+    let hb = w_blocks[12u * blk + 8u + 2u * hf + part];
+    let f0 = vec4<u32>(hb.x, hb.x >> 4u, hb.y, hb.y >> 4u);
+    let f1 = vec4<u32>(hb.z, hb.z >> 4u, hb.w, hb.w >> 4u);
+    let m = vec4<u32>(0x03030303u);
+    let two = vec4<u32>(2u);
+    r.v = minus16(joined16(q0, q1, f0 & m, f1 & m, (f0 >> two) & m, (f1 >> two) & m), 32.0);
     let lo = bytes_i8(w_s[5u * blk + 2u * hf]);
     let hi = bytes_i8(w_s[5u * blk + 2u * hf + 1u]);
     let d = unpack2x16float(w_s[5u * blk + 4u]).x;
@@ -235,12 +250,20 @@ fn load_w(row: u32, c: u32) -> Ws {
 #else
     let stride = 8u;
 #endif
-    let q = nibbles16(w_blocks[stride * blk + 2u * k], w_blocks[stride * blk + 2u * k + 1u]);
 #if Q5_K
-    let h = high_bits16(w_blocks[10u * blk + 8u], w_blocks[10u * blk + 9u], 2u * k, 2u * k + 1u, 1u);
-    r.v = add_high16(q, h, 0.0);
+    // Chunk k's fifth bits: high-bit words 2k and 2k + 1 (a vec4 holds two chunks'), bits
+    // 2(j % 4) and 2(j % 4) + 1 of each byte for qs word j.
+    let hb = w_blocks[10u * blk + 8u + k / 2u];
+    let hw = select(hb.xy, hb.zw, k % 2u == 1u);
+    let sh = vec4<u32>(0u, 2u, 4u, 6u);
+    let h0 = vec4<u32>(hw.x) >> sh;
+    let h1 = vec4<u32>(hw.y) >> sh;
+    let m = vec4<u32>(0x01010101u);
+    let one = vec4<u32>(1u);
+    r.v = joined16(w_blocks[stride * blk + 2u * k], w_blocks[stride * blk + 2u * k + 1u],
+                   h0 & m, h1 & m, (h0 >> one) & m, (h1 >> one) & m);
 #else
-    r.v = q;
+    r.v = nibbles16(w_blocks[stride * blk + 2u * k], w_blocks[stride * blk + 2u * k + 1u]);
 #endif
 #if SCALES4
     let s = w_s4[blk];

@@ -7,8 +7,11 @@
 // K-quants (super-blocks of 256, llama.cpp's byte layouts regrouped by word; see
 // crates/gguf/src/kquant.rs for the formats):
 //   Q4_K: w_q 32 words of qs;                 w_s 4 words: (d, dmin) f16 pair, scales[12]
-//   Q5_K: w_q 32 words of qs, 8 words of qh;  w_s as Q4_K
-//   Q6_K: w_q 32 words of ql, 16 words of qh; w_s 5 words: scales[16] (i8), d (f16, low half)
+//   Q5_K: w_q 32 words of qs, 8 words of high bits;  w_s as Q4_K
+//   Q6_K: w_q 32 words of ql, 16 words of high bits; w_s 5 words: scales[16] (i8), d (f16, low half)
+// The high bits are regrouped so that those of one 64-weight step are together and lined up
+// with the byte lanes of its nibble words (crates/engine/src/weights.rs: q5k_high_bits,
+// q6k_high_bits).
 // A "unit" is 8 consecutive-in-memory weights of one row, returned as two vec4s with the
 // vec4 indices (within the row) of the activations they multiply.
 // The includer declares `w_q`, `w_s` and one of the type flags.
@@ -71,9 +74,10 @@ fn scale_i8(sb: u32, j: u32) -> f32 {
 
 // Unit u of a Q4_K row, or with `five_bit` a Q5_K row (constant per variant, so it folds).
 // One qs word: bytes 4i'..4i'+3 of 64-weight chunk c; low nibbles are weights 64c + 4i'..,
-// high nibbles 64c + 32 + 4i'..; sub-blocks 2c and 2c + 1. Q5_K's fifth bits are bits 2c
-// (low) and 2c + 1 (high) of qh bytes 4i'... d·scale·q and dmin·min are exact in f32, so
-// only the subtraction rounds, as on the CPU.
+// high nibbles 64c + 32 + 4i'..; sub-blocks 2c and 2c + 1. Q5_K's fifth bits of qs word j
+// (= i' % 8) of the chunk are bits 2(j % 4) (low) and 2(j % 4) + 1 (high) of each byte of
+// high-bit word 2c + j / 4. d·scale·q and dmin·min are exact in f32, so only the
+// subtraction rounds, as on the CPU.
 fn unit_q45_k(row: u32, u: u32, cols: u32, five_bit: bool) -> Unit {
     let blk = row * (cols / 256u) + u / 32u;
     let i = u % 32u;
@@ -83,9 +87,10 @@ fn unit_q45_k(row: u32, u: u32, cols: u32, five_bit: bool) -> Unit {
     var qa = nibbles_lo(w);
     var qb = nibbles_hi(w);
     if five_bit {
-        let h = w_q[blk * stride + 32u + i % 8u];
-        qa += 16.0 * byte_fields(h, 2u * c, 1u);
-        qb += 16.0 * byte_fields(h, 2u * c + 1u, 1u);
+        let j = i % 8u;
+        let h = w_q[blk * stride + 32u + 2u * c + j / 4u];
+        qa += 16.0 * byte_fields(h, 2u * (j % 4u), 1u);
+        qb += 16.0 * byte_fields(h, 2u * (j % 4u) + 1u, 1u);
     }
     let dm = unpack2x16float(w_s[blk * 4u]);
     let sm = scale_min_k4(blk * 4u, c);
@@ -145,22 +150,23 @@ fn load_unit(row: u32, u: u32, cols: u32) -> Unit {
     r = unit_q45_k(row, u, cols, true);
 #endif
 #if Q6_K
-    // ql word k of half hf (bytes 4k'.. of its 64, k' = k % 16): low nibbles are weights
-    // 128hf + 4k'.., high nibbles 64 further on; their top two bits sit in qh bytes
-    // 4(k' % 8).. at bits 0/2 (low) and 4/6 (high) for k' < 8 / k' ≥ 8. d·scale·(q − 32) is
-    // exact in f32, so any evaluation order matches the CPU bit for bit.
+    // ql word k of half hf (bytes 4k'.. of its 64, k' = k % 16 = 8·part + j): low nibbles are
+    // weights 128hf + 4k'.., high nibbles 64 further on; their top two bits sit in each byte of
+    // high-bit word 8hf + 4·part + j / 2, from bit 4(j % 2): two for the low nibble, two for
+    // the high one. d·scale·(q − 32) is exact in f32, so any evaluation order matches the CPU
+    // bit for bit.
     let blk = row * (cols / 256u) + u / 32u;
     let k = u % 32u;
     let hf = k / 16u;
     let kk = k % 16u;
+    let j = kk % 8u;
     let w = w_q[blk * 48u + k];
-    let h = w_q[blk * 48u + 32u + hf * 8u + kk % 8u];
-    let shift = (kk / 8u) * 2u;
+    let h = w_q[blk * 48u + 32u + hf * 8u + (kk / 8u) * 4u + j / 2u] >> (4u * (j % 2u));
     // One scale per 16 weights: the low-nibble weights' is sj, the high ones' sj + 4.
-    let sj = hf * 8u + (kk % 8u) / 4u + shift;
+    let sj = hf * 8u + j / 4u + (kk / 8u) * 2u;
     let d = unpack2x16float(w_s[blk * 5u + 4u]).x;
-    r.a = (nibbles_lo(w) + 16.0 * byte_fields(h, shift, 3u) - 32.0) * (d * scale_i8(blk * 5u, sj));
-    r.b = (nibbles_hi(w) + 16.0 * byte_fields(h, shift + 4u, 3u) - 32.0) * (d * scale_i8(blk * 5u, sj + 4u));
+    r.a = (nibbles_lo(w) + 16.0 * byte_fields(h, 0u, 3u) - 32.0) * (d * scale_i8(blk * 5u, sj));
+    r.b = (nibbles_hi(w) + 16.0 * byte_fields(h, 2u, 3u) - 32.0) * (d * scale_i8(blk * 5u, sj + 4u));
     r.ia = (u / 32u) * 64u + hf * 32u + kk;
     r.ib = r.ia + 16u;
 #endif

@@ -113,17 +113,23 @@ pub fn repack(name: &str, ty: GgmlType, rows: u64, cols: u64, bytes: &[u8]) -> R
         }
         GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
             // Byte ranges of one block that go to w_q and to w_s, in order (layouts in
-            // shaders/common/quant.wgsl). Only Q6_K's trailing f16 `d` fills part of a word.
+            // shaders/common/quant.wgsl), then Q5_K's and Q6_K's high bits regrouped. Only
+            // Q6_K's trailing f16 `d` fills part of a word.
             type Parts = &'static [(usize, usize)];
             let (q_parts, s_parts): (Parts, Parts) = match ty {
                 GgmlType::Q4K => (&[(16, 144)], &[(0, 16)]),
-                GgmlType::Q5K => (&[(48, 176), (16, 48)], &[(0, 16)]),
-                _ => (&[(0, 192)], &[(192, 210)]),
+                GgmlType::Q5K => (&[(48, 176)], &[(0, 16)]),
+                _ => (&[(0, 128)], &[(192, 210)]),
             };
             let bs = ty.type_size() as usize;
             for block in bytes.chunks_exact(bs) {
                 for &(lo, hi) in q_parts {
                     out.q.extend(block[lo..hi].chunks_exact(4).map(word));
+                }
+                match ty {
+                    GgmlType::Q5K => out.q.extend(q5k_high_bits(&block[16..48])),
+                    GgmlType::Q6K => out.q.extend(q6k_high_bits(&block[128..192])),
+                    _ => {}
                 }
                 for &(lo, hi) in s_parts {
                     out.s.extend(
@@ -137,6 +143,46 @@ pub fn repack(name: &str, ty: GgmlType, rows: u64, cols: u64, bytes: &[u8]) -> R
         _ => return Err(unsupported()),
     }
     Ok(out)
+}
+
+/// Q5_K's fifth bits regrouped so that a 64-weight chunk's are in two words, lined up with
+/// the byte lanes of its qs words: chunk c's qs word j (bytes of weights l = 4j + i, i the
+/// lane, of sub-blocks 2c and 2c + 1) finds the fifth bits of its low and high nibbles at bits
+/// 2(j % 4) and 2(j % 4) + 1 of byte i of word 2c + j / 4. (llama.cpp keeps them as bit s of
+/// qh[l] for sub-block s, so a chunk's 64 bits are spread over all 32 bytes.)
+fn q5k_high_bits(qh: &[u8]) -> [u32; 8] {
+    let mut out = [0u32; 8];
+    for c in 0..4 {
+        for j in 0..8 {
+            for i in 0..4 {
+                let b = qh[4 * j + i] as u32;
+                let (lo, hi) = ((b >> (2 * c)) & 1, (b >> (2 * c + 1)) & 1);
+                out[2 * c + j / 4] |= (lo | hi << 1) << (8 * i + 2 * (j % 4));
+            }
+        }
+    }
+    out
+}
+
+/// Q6_K's top two bits regrouped so that one 64-weight step's are in four words, lined up
+/// with the byte lanes of its ql words: in half h, part p (ql words 16h + 8p + j, low nibbles
+/// weights 128h + 32p + l, high nibbles 64 on, l = 4j + i), byte i of word 8h + 4p + j / 2
+/// holds, from bit 4(j % 2), the low nibble's two bits then the high nibble's. (llama.cpp
+/// keeps them at bits 2p and 2p + 4 of qh[32h + l].)
+fn q6k_high_bits(qh: &[u8]) -> [u32; 16] {
+    let mut out = [0u32; 16];
+    for h in 0..2 {
+        for p in 0..2 {
+            for j in 0..8 {
+                for i in 0..4 {
+                    let b = qh[32 * h + 4 * j + i] as u32;
+                    let (lo, hi) = ((b >> (2 * p)) & 3, (b >> (2 * p + 4)) & 3);
+                    out[8 * h + 4 * p + j / 2] |= (lo | hi << 2) << (8 * i + 4 * (j % 2));
+                }
+            }
+        }
+    }
+    out
 }
 
 pub struct WeightChunk {
