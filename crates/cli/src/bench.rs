@@ -2,15 +2,18 @@
 //! matrices in prefill (per token, over a prefill step's worth of tokens), then whole-model
 //! prefill and decode speed. Wall-clock timing after a full device wait.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use lilypad_engine::kernels::Dispatch;
 use lilypad_engine::ops::{self, Step};
 use lilypad_engine::weights::GpuWeight;
 use lilypad_engine::{BatchToken, GpuContext, Logits, Model, SamplingParams, StepProfile};
 use lilypad_gguf::{ByteSource, GgufFile};
 use lilypad_tokenizer::TextTokenizer;
+use serde::Serialize;
 
 const REPS: usize = 10;
 /// Passes per measurement; the fastest counts, since other processes only ever slow a
@@ -69,7 +72,7 @@ impl Matvec<'_> {
     }
 
     /// Prefill GB/s counts the weight bytes once per tile of tokens, as the kernel reads them.
-    fn row(&self, name: &str, w: &GpuWeight, bytes: u64, prefill: bool) -> Result<()> {
+    fn row(&self, name: &str, w: &GpuWeight, bytes: u64, prefill: bool) -> Result<MatvecRow> {
         let (ctx, batch) = (self.ctx, self.batch as u64);
         let copy_gbs = self.copy_gbs()?;
         let x = ctx.storage_buffer("bench x", batch * w.cols * 4, wgpu::BufferUsages::empty())?;
@@ -78,12 +81,24 @@ impl Matvec<'_> {
         let ds = ops::matvec::matvec(ctx, w, &x, &y, rows, &self.step, 1, false, false)?;
         let secs = time(ctx, &ds, 1)?;
         let gbs = bytes as f64 / secs / 1e9;
+        let mut figures = MatvecRow {
+            name: name.to_string(),
+            ty: w.ty.name().to_string(),
+            shape: [w.rows, w.cols],
+            copy_gbs,
+            decode_us: secs * 1e6,
+            decode_gbs: gbs,
+            prefill_us_per_token: None,
+            prefill_gbs: None,
+        };
         let prefill = if prefill {
             let tile = ops::matvec::PREFILL_TILE;
             let ds =
                 ops::matvec::matvec(ctx, w, &x, &y, rows, &self.prefill_step, tile, false, false)?;
             let secs = time(ctx, &ds, self.batch)?;
             let gbs = (bytes * batch.div_ceil(tile as u64)) as f64 / secs / 1e9;
+            figures.prefill_us_per_token = Some(secs * 1e6 / batch as f64);
+            figures.prefill_gbs = Some(gbs);
             format!(
                 "{:>11.1} {gbs:>7.2} {:>6.0}%",
                 secs * 1e6 / batch as f64,
@@ -100,8 +115,159 @@ impl Matvec<'_> {
             secs * 1e6,
             100.0 * gbs / copy_gbs
         );
-        Ok(())
+        Ok(figures)
     }
+}
+
+/// One matrix's figures in `--json`.
+#[derive(Serialize)]
+struct MatvecRow {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    shape: [u64; 2],
+    copy_gbs: f64,
+    decode_us: f64,
+    decode_gbs: f64,
+    prefill_us_per_token: Option<f64>,
+    prefill_gbs: Option<f64>,
+}
+
+/// One depth of queued decode steps in `--json`.
+#[derive(Serialize)]
+struct DecodeRow {
+    depth: u32,
+    tokens: usize,
+    ms_per_token: f64,
+    tokens_per_s: f64,
+    host_recording_ms_per_token: f64,
+}
+
+/// What `lilypad bench --json FILE` writes: every figure the run printed.
+#[derive(Serialize, Default)]
+struct Report {
+    adapter: String,
+    model: String,
+    copy_gbs: f64,
+    matvec: Vec<MatvecRow>,
+    prefill_tokens: usize,
+    prefill_tokens_per_s: f64,
+    prefill_in_steps_tokens_per_s: f64,
+    decode: Vec<DecodeRow>,
+    /// The depth generation uses on this adapter, whose decode speed is compared.
+    default_depth: u32,
+    gpu_memory_bytes: u64,
+    context: u32,
+    llama_cpp: Option<LlamaCpp>,
+    /// lilypad over llama.cpp, both measured in this run.
+    prefill_vs_llama_cpp: Option<f64>,
+    decode_vs_llama_cpp: Option<f64>,
+}
+
+/// llama.cpp's `llama-bench` on the same file, in the same run.
+#[derive(Serialize, Debug)]
+pub struct LlamaCpp {
+    build_commit: String,
+    backends: String,
+    threads: u32,
+    prefill_tokens: usize,
+    prefill_tokens_per_s: f64,
+    decode_tokens: usize,
+    decode_tokens_per_s: f64,
+    /// Whether llama.cpp's extra CPU buffer types (AMX, repacked weights) were on.
+    repack: bool,
+}
+
+/// What `bench` measures, against what, and where it writes.
+pub struct Options {
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    /// Also time each kernel of one prefill step and one decode step.
+    pub profile: bool,
+    /// The model as given (`--llama-bench` needs a local file).
+    pub model_path: String,
+    pub llama_bench: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+/// Runs `llama-bench` (CPU, all cores) on `model` with the same prompt and generation lengths,
+/// three repetitions, and reads its JSON.
+fn llama_bench(bin: &Path, model: &str, prompt: usize, gen_tokens: usize) -> Result<LlamaCpp> {
+    if !Path::new(model).is_file() {
+        bail!("--llama-bench needs the model as a local GGUF file (got {model})");
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = |extra: &[&str]| {
+        Command::new(bin)
+            .args(["-m", model, "-o", "json", "-r", "3"])
+            .args(["-p", &prompt.to_string(), "-n", &gen_tokens.to_string()])
+            .args(["-t", &threads.to_string()])
+            .args(extra)
+            .output()
+            .with_context(|| format!("could not run llama-bench at {}", bin.display()))
+    };
+    let mut out = run(&[])?;
+    let mut repack = true;
+    if !out.status.success() && out.status.code().is_none() {
+        // Killed by a signal: on some VMs the CPU reports AMX but the kernel does not let a
+        // process use it, and llama.cpp's AMX buffer type crashes. Its extra buffer types
+        // (AMX, repacked weights) off, the plain CPU kernels run.
+        out = run(&["--repack", "0"])?;
+        repack = false;
+    }
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!("llama-bench failed ({}): {}", out.status, tail.join(" / "));
+    }
+    let mut figures = parse_llama_bench(&out.stdout)?;
+    figures.repack = repack;
+    Ok(figures)
+}
+
+/// The prefill (`pp`) and decode (`tg`) tests of `llama-bench -o json`'s output.
+fn parse_llama_bench(json: &[u8]) -> Result<LlamaCpp> {
+    #[derive(serde::Deserialize)]
+    struct Test {
+        build_commit: String,
+        #[serde(default)]
+        backends: String,
+        n_threads: u32,
+        n_prompt: usize,
+        n_gen: usize,
+        avg_ts: f64,
+    }
+    let tests: Vec<Test> =
+        serde_json::from_slice(json).context("llama-bench's JSON output did not parse")?;
+    let pick = |prefill: bool| {
+        tests
+            .iter()
+            .find(|t| {
+                if prefill {
+                    t.n_prompt > 0 && t.n_gen == 0
+                } else {
+                    t.n_prompt == 0 && t.n_gen > 0
+                }
+            })
+            .with_context(|| {
+                format!(
+                    "llama-bench reported no {} test",
+                    if prefill { "prompt" } else { "generation" }
+                )
+            })
+    };
+    let (pp, tg) = (pick(true)?, pick(false)?);
+    Ok(LlamaCpp {
+        build_commit: pp.build_commit.clone(),
+        backends: pp.backends.clone(),
+        threads: pp.n_threads,
+        prefill_tokens: pp.n_prompt,
+        prefill_tokens_per_s: pp.avg_ts,
+        decode_tokens: tg.n_gen,
+        decode_tokens_per_s: tg.avg_ts,
+        repack: true,
+    })
 }
 
 /// Deterministic values in [-1, 1) for synthetic weights (no RNG dependency).
@@ -122,12 +288,18 @@ pub fn run(
     file: &GgufFile,
     src: &dyn ByteSource,
     tok: &TextTokenizer,
-    prompt_tokens: usize,
-    gen_tokens: usize,
-    profile: bool,
+    options: &Options,
 ) -> Result<()> {
+    let (prompt_tokens, gen_tokens) = (options.prompt_tokens, options.gen_tokens);
     let ctx = model.gpu().clone();
     println!("adapter: {}", ctx.adapter);
+    let mut report = Report {
+        adapter: ctx.adapter.to_string(),
+        model: options.model_path.clone(),
+        default_depth: model.decode_depth(),
+        context: model.context,
+        ..Default::default()
+    };
 
     let bytes = (64u64 << 20).min(ctx.limits.max_storage_buffer_binding_size / 2);
     let copy_src = ctx.storage_buffer("bench src", bytes, wgpu::BufferUsages::empty())?;
@@ -145,9 +317,10 @@ pub fn run(
     };
     ops::write_step(&ctx, &bench.step, Step::new(1, 0));
     ops::write_step(&ctx, &bench.prefill_step, Step::new(batch, 0));
+    report.copy_gbs = bench.copy_gbs()?;
     println!(
         "copy kernel: {:.2} GB/s (read + write of {} MiB; timed again before each matrix)",
-        bench.copy_gbs()?,
+        report.copy_gbs,
         bytes >> 20
     );
     println!(
@@ -178,7 +351,9 @@ pub fn run(
         let w = GpuWeight::upload(&ctx, name, t.ty, t.rows(), t.cols(), &raw, None)?;
         // The output head only runs for the last token, so its prefill is not timed.
         let short = name.trim_end_matches(".weight");
-        bench.row(short, &w, t.n_bytes(), name.starts_with("blk."))?;
+        report
+            .matvec
+            .push(bench.row(short, &w, t.n_bytes(), name.starts_with("blk."))?);
     }
 
     // Every weight type on one synthetic shape (columns in whole K-quant super-blocks).
@@ -188,7 +363,9 @@ pub fn run(
     for &ty in lilypad_engine::weights::SUPPORTED {
         let raw = lilypad_gguf::quantize(ty, &data)?;
         let w = GpuWeight::upload(&ctx, "synthetic", ty, rows, cols, &raw, None)?;
-        bench.row("synthetic", &w, raw.len() as u64, true)?;
+        report
+            .matvec
+            .push(bench.row("synthetic", &w, raw.len() as u64, true)?);
     }
 
     // Whole model: a real-text prompt of the requested length.
@@ -204,11 +381,16 @@ pub fn run(
     // over the same prompt would prefill it all again).
     prompt.push(prompt[prompt.len() - 1]);
     let prefilled = &prompt[..prompt.len() - 1];
+    // One untimed pass first: the prompt's steps create their pipelines on first use.
+    model.reset();
+    pollster::block_on(model.eval(prefilled, Logits::Last))?;
     model.reset();
     let t = Instant::now();
     pollster::block_on(model.eval(prefilled, Logits::Last))?;
     let prefill = t.elapsed().as_secs_f64();
     let prefilled = prefilled.len();
+    report.prefill_tokens = prefilled;
+    report.prefill_tokens_per_s = prefilled as f64 / prefill;
     println!(
         "prefill: {} tokens in {:.2} s = {:.1} tok/s",
         prefilled,
@@ -227,6 +409,7 @@ pub fn run(
         true
     }))?;
     let stoppable = t.elapsed().as_secs_f64();
+    report.prefill_in_steps_tokens_per_s = prefilled as f64 / stoppable;
     println!(
         "prefill in reported steps: {:.2} s = {:.1} tok/s ({:.2}x all at once), {steps} steps, \
          {:.2} s between reports",
@@ -266,6 +449,13 @@ pub fn run(
         let ratio = *base.get_or_insert(decode) / decode;
         let stats = model.decode_stats();
         let per_step = |s: f64| s * 1e3 / stats.steps.max(1) as f64;
+        report.decode.push(DecodeRow {
+            depth,
+            tokens: stamps.len().saturating_sub(1),
+            ms_per_token: decode * 1e3,
+            tokens_per_s: 1.0 / decode,
+            host_recording_ms_per_token: per_step(stats.recording),
+        });
         println!(
             "decode:  {} tokens, {:.1} ms/token = {:.1} tok/s (depth {depth}: {ratio:.2}x depth 1; \
              host recording {:.2} ms/token = {:.1} %, waiting {:.1} ms/token)",
@@ -282,7 +472,36 @@ pub fn run(
     }
     model.set_decode_depth(default_depth)?;
     println!("GPU memory: {} at context {}", model.plan, model.context);
-    if profile {
+    report.gpu_memory_bytes = model.plan.total();
+    if let Some(bin) = &options.llama_bench {
+        let l = llama_bench(bin, &options.model_path, prefilled, gen_tokens)?;
+        let ours = report.decode.iter().find(|d| d.depth == default_depth);
+        let decode_ratio = ours.map(|d| d.tokens_per_s / l.decode_tokens_per_s);
+        let prefill_ratio = report.prefill_tokens_per_s / l.prefill_tokens_per_s;
+        println!(
+            "llama.cpp {} ({}, {} threads{}), same file: prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s",
+            l.build_commit,
+            l.backends,
+            l.threads,
+            if l.repack {
+                ""
+            } else {
+                ", without AMX and repacked weights, which crashed here"
+            },
+            l.prefill_tokens,
+            l.prefill_tokens_per_s,
+            l.decode_tokens,
+            l.decode_tokens_per_s
+        );
+        println!(
+            "lilypad / llama.cpp: prefill {prefill_ratio:.2}x, decode {}x (depth {default_depth})",
+            decode_ratio.map_or("–".into(), |r| format!("{r:.2}"))
+        );
+        report.prefill_vs_llama_cpp = Some(prefill_ratio);
+        report.decode_vs_llama_cpp = decode_ratio;
+        report.llama_cpp = Some(l);
+    }
+    if options.profile {
         // A decode step where the last generation ended, then a prefill step from the start.
         let decode = pollster::block_on(model.profile_step(&prompt[..1]))?;
         let batch = (model.max_batch as usize).min(prompt.len() - 1);
@@ -300,6 +519,12 @@ pub fn run(
                 );
             }
         }
+    }
+    if let Some(path) = &options.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("could not write {}", path.display()))?;
+        println!("figures written to {}", path.display());
     }
     Ok(())
 }
@@ -397,4 +622,35 @@ pub fn run_batch(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `llama-bench -p 16 -n 8 -r 1 -t 2 --repack 0 -o json` of llama.cpp 0c1e570 on SmolLM2.
+    const OUTPUT: &[u8] = include_bytes!("testdata/llama-bench.json");
+
+    #[test]
+    fn reads_llama_bench_json() {
+        let l = parse_llama_bench(OUTPUT).unwrap();
+        assert_eq!(l.build_commit, "0c1e570");
+        assert_eq!(l.backends, "CPU");
+        assert_eq!(l.threads, 2);
+        assert_eq!((l.prefill_tokens, l.decode_tokens), (16, 8));
+        assert_eq!(l.prefill_tokens_per_s, 5.454795);
+        assert_eq!(l.decode_tokens_per_s, 2.047708);
+    }
+
+    #[test]
+    fn llama_bench_output_without_both_tests_is_an_error() {
+        let only_prompt: Vec<serde_json::Value> = serde_json::from_slice(OUTPUT).unwrap();
+        let only_prompt = serde_json::to_vec(&only_prompt[..1]).unwrap();
+        let err = parse_llama_bench(&only_prompt).unwrap_err().to_string();
+        assert!(err.contains("no generation test"), "{err}");
+        let err = parse_llama_bench(b"llama-bench: error")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("did not parse"), "{err}");
+    }
 }

@@ -112,6 +112,14 @@ enum Command {
         /// decoded together (e.g. 1,2,4,8,16), measured in one run.
         #[arg(long, value_delimiter = ',', value_name = "SIZES")]
         batch: Vec<u32>,
+        /// Also run llama.cpp's llama-bench (this path) on the same GGUF with the same prompt
+        /// and generation lengths and all CPU cores, and print lilypad's speed as a ratio to it
+        /// (scripts/llama-cpp/build.sh builds it).
+        #[arg(long, value_name = "PATH")]
+        llama_bench: Option<std::path::PathBuf>,
+        /// Write every figure of the run to this file as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<std::path::PathBuf>,
     },
     /// List GPU adapters (pick one with LILYPAD_ADAPTER=name-or-index).
     Adapters,
@@ -236,8 +244,15 @@ fn run(cli: Cli) -> Result<()> {
             gen_tokens,
             profile,
             batch,
+            llama_bench,
+            json,
         } => {
             if !batch.is_empty() {
+                if llama_bench.is_some() || json.is_some() {
+                    bail!(
+                        "--llama-bench and --json go with the whole-model benchmark, not --batch"
+                    );
+                }
                 let max = ModelOptions::default().max_batch;
                 if let Some(b) = batch.iter().find(|&&b| b == 0 || b > max) {
                     bail!("--batch {b}: batch sizes go from 1 to {max}");
@@ -252,9 +267,14 @@ fn run(cli: Cli) -> Result<()> {
                 &lm.file,
                 &lm.src,
                 &lm.tok,
-                prompt_tokens,
-                gen_tokens,
-                profile,
+                &bench::Options {
+                    prompt_tokens,
+                    gen_tokens,
+                    profile,
+                    model_path: model.model.clone(),
+                    llama_bench,
+                    json,
+                },
             )
         }
         Command::Adapters => {
