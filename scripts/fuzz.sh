@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (cargo fuzz, libFuzzer, AddressSanitizer) of every parser that reads
 # untrusted input: GGUF files and the tokenizer built from them, Hugging Face checkpoints
-# (config.json + safetensors), chat templates, model replies' tool calls, the virtual shell's
+# (config.json + safetensors) and their tokenizer.json, chat templates, model replies' tool calls, the virtual shell's
 # command lines and patches. Each target runs for SECONDS
 # (default 15) from a corpus kept in the cache, so later runs start where earlier ones ended.
 # A crash fails the run; its input is left in fuzz/artifacts/TARGET/ to become a regression test.
@@ -12,7 +12,7 @@ source scripts/env.sh
 SECONDS_EACH="${1:-15}"
 shift || true
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(gguf checkpoint chat_template tool_call shell_syntax patch)
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(gguf checkpoint tokenizer_json chat_template tool_call shell_syntax patch)
 
 # cargo-fuzz from crates.io into the cache; libFuzzer needs the nightly toolchain.
 export PATH="$LILYPAD_CACHE/tools/bin:$PATH"
@@ -43,6 +43,14 @@ seed() {
 config = open(sys.argv[1] + "config.json", "rb").read()
 shard = open(sys.argv[1] + "model.safetensors", "rb").read()
 sys.stdout.buffer.write(struct.pack("<I", len(config)) + config + shard)' "$dir" \
+          >"$corpus/seed-$(basename "$dir")"
+      done ;;
+    tokenizer_json)
+      # The fixtures' tokenizer.json files, each with a line of code to encode.
+      for dir in tests/fixtures/qwen/*/; do
+        python3 -c 'import struct, sys
+json = open(sys.argv[1] + "tokenizer.json", "rb").read()
+sys.stdout.buffer.write(struct.pack("<I", len(json)) + json + "def f(x):\n    return x  # héllo".encode())' "$dir" \
           >"$corpus/seed-$(basename "$dir")"
       done ;;
     chat_template)
