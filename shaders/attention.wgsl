@@ -108,6 +108,88 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
 #endif
     }
 }
+
+// Decode (a step of a few tokens): the layout above gives each token a lane, so one token
+// leaves 7 of a workgroup's 8 lanes idle. Here a workgroup is one (head, token) and its lanes
+// take positions lane, lane + LANES, …, each with its own running max, sum and output; the
+// eight are merged at the end through workgroup memory (one barrier).
+var<workgroup> part_m: array<f32, LANES>;
+var<workgroup> part_l: array<f32, LANES>;
+var<workgroup> part_acc: array<Row, LANES>;
+
+@compute @workgroup_size(LANES)
+fn attention_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) me: u32) {
+    let head = wid.x;
+    let t = wid.y;
+    let kv_head = head / (p.n_head / p.n_kv);
+    let n_pos = step.tok[t].x + 1u;
+    let first = step.tok[t].y - step.tok[t].x;
+    let q_base = (t * p.n_head + head) * HD4;
+    var qv: Row;
+    for (var i = 0u; i < HD4; i++) {
+        qv[i] = q[q_base + i] * p.scale;
+    }
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc: Row;
+    // CHUNK positions per rescale, LANES apart.
+    for (var c0 = me; c0 < n_pos; c0 += LANES * CHUNK) {
+        var s: array<f32, CHUNK>;
+        var m_new = m;
+        for (var j = 0u; j < CHUNK; j++) {
+            let pos = c0 + j * LANES;
+            let base = ((first + min(pos, n_pos - 1u)) * p.n_kv + kv_head) * HD4;
+            var d = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                d += qv[i] * k[base + i];
+            }
+            s[j] = select(NEG_BIG, d.x + d.y + d.z + d.w, pos < n_pos);
+            m_new = max(m_new, s[j]);
+        }
+        // The chunk's first position is valid, so m_new is finite.
+        let corr = exp(m - m_new);
+        l *= corr;
+        for (var i = 0u; i < HD4; i++) {
+            acc[i] *= corr;
+        }
+        for (var j = 0u; j < CHUNK; j++) {
+            let pos = c0 + j * LANES;
+            let base = ((first + min(pos, n_pos - 1u)) * p.n_kv + kv_head) * HD4;
+            let pr = select(0.0, exp(s[j] - m_new), pos < n_pos);
+            l += pr;
+            for (var i = 0u; i < HD4; i++) {
+                acc[i] += pr * v[base + i];
+            }
+        }
+        m = m_new;
+    }
+    // A lane that saw no position keeps m = NEG_BIG and weighs 0 below; lane 0 saw position 0.
+    part_m[me] = m;
+    part_l[me] = l;
+    part_acc[me] = acc;
+    workgroupBarrier();
+    if me == 0u {
+        var m_all = NEG_BIG;
+        for (var j = 0u; j < LANES; j++) {
+            m_all = max(m_all, part_m[j]);
+        }
+        var l_all = 0.0;
+        var o: Row;
+        for (var j = 0u; j < LANES; j++) {
+            let f = exp(part_m[j] - m_all);
+            l_all += part_l[j] * f;
+            for (var i = 0u; i < HD4; i++) {
+                o[i] += part_acc[j][i] * f;
+            }
+        }
+        for (var i = 0u; i < HD4; i++) {
+            out[q_base + i] = o[i] / l_all;
+        }
+#if SAVE_LSE
+        lse[t * p.n_head + head] = m_all + log(l_all);
+#endif
+    }
+}
 #else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<f32>;

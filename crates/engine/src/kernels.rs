@@ -250,6 +250,8 @@ pub struct Dispatch {
     pub pipeline: Arc<wgpu::ComputePipeline>,
     pub bind_group: wgpu::BindGroup,
     pub grid: Grid,
+    /// What runs instead in a step of at most this many tokens (a kernel laid out for decode).
+    pub few_tokens: Option<(u32, Box<Dispatch>)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -317,7 +319,14 @@ impl Dispatch {
             pipeline,
             bind_group,
             grid,
+            few_tokens: None,
         }
+    }
+
+    /// Runs `other` instead in steps of at most `max_tokens` tokens.
+    pub fn with_few_tokens(mut self, max_tokens: u32, other: Dispatch) -> Self {
+        self.few_tokens = Some((max_tokens, Box::new(other)));
+        self
     }
 
     pub fn grid_for(&self, tokens: u32) -> [u32; 3] {
@@ -331,6 +340,11 @@ impl Dispatch {
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, tokens: u32) {
+        if let Some((max, other)) = &self.few_tokens
+            && tokens <= *max
+        {
+            return other.record(pass, tokens);
+        }
         let [x, y, z] = self.grid_for(tokens);
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);

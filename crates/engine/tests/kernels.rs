@@ -850,8 +850,9 @@ fn attention_reference(
 }
 
 /// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
-/// partial 8-token tiles, every layout (the per-thread one falls back for head dim 42).
-/// Tolerance: 1e-4 of |want| + 0.01.
+/// partial 8-token tiles, decode steps of 1 to 3 tokens deep into the cache (the per-thread
+/// layout's positions split over lanes, some lanes seeing fewer positions than others), every
+/// layout (the per-thread one falls back for head dim 42). Tolerance: 1e-4 of |want| + 0.01.
 #[test]
 fn attention_matches_reference() {
     let ctx = ctx_or_skip!();
@@ -863,6 +864,10 @@ fn attention_matches_reference() {
         (9, 3, 64, 0, 1),
         (3, 1, 128, 3, 21),
         (2, 2, 42, 5, 3),
+        (9, 3, 64, 700, 1),
+        (6, 2, 64, 333, 3),
+        (3, 1, 128, 90, 2),
+        (4, 2, 32, 4, 1),
     ] {
         let kv_len = (pos0 + tokens) as usize;
         let (hd_, nkv, nh) = (hd as usize, n_kv as usize, n_head as usize);
@@ -961,7 +966,10 @@ fn attention_batched_sequences_match_reference() {
     ];
     let mut run_then_mixed: Vec<(u32, u32)> = (30..38).map(|p| (2, p)).collect();
     run_then_mixed.extend([(1, 60), (0, 90), (1, 61)]);
+    // Batched decode: one token of each sequence, a workgroup per (head, token).
+    let decode = [(0u32, 99u32), (1, 3), (2, 57)];
     let steps = [
+        ("decode of three sequences", Step::batch(&decode, context)),
         ("interleaved", Step::batch(&interleaved, context)),
         (
             "8 of slot 2 then mixed",

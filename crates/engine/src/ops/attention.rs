@@ -11,6 +11,9 @@ const LANES: u32 = 8;
 /// in registers, and past this they spill (FrogNano's 256-wide heads ran several times
 /// slower per-thread than per-workgroup on lavapipe).
 const PER_THREAD_MAX_DIM: u32 = 128;
+/// Steps of at most this many tokens (decode, a few sequences at once) use the per-thread
+/// layout's `attention_split`, which spreads each query's positions over a workgroup's lanes.
+const SPLIT_MAX_TOKENS: u32 = 3;
 
 /// How threads share the work (see `shaders/attention.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,13 +108,30 @@ pub fn attention_saving(
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
     let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
     bindings.extend(lse.map(bind));
-    Ok(Dispatch::new(
+    let dispatch = Dispatch::new(
         ctx,
         "attention",
         pipeline,
         &bindings,
         Grid::PerTokens { x: n_head, per_y },
-    ))
+    );
+    if per_y == 1 {
+        return Ok(dispatch);
+    }
+    // Per-thread layout: decode steps get a workgroup per (head, token) whose lanes split the
+    // positions instead of a lane per token.
+    let split = ctx.pipeline("attention.wgsl", "attention_split", &macros)?;
+    let split = Dispatch::new(
+        ctx,
+        "attention",
+        split,
+        &bindings,
+        Grid::PerTokens {
+            x: n_head,
+            per_y: 1,
+        },
+    );
+    Ok(dispatch.with_few_tokens(SPLIT_MAX_TOKENS, split))
 }
 
 /// The buffers of [`attention_backward`]: the forward's inputs, output and saved
