@@ -173,6 +173,8 @@ pub struct LlamaCpp {
     prefill_tokens: usize,
     prefill_tokens_per_s: f64,
     decode_tokens: usize,
+    /// Tokens in the context before the decoded ones (`llama-bench -d`).
+    decode_after: usize,
     decode_tokens_per_s: f64,
     /// Whether llama.cpp's extra CPU buffer types (AMX, repacked weights) were on.
     repack: bool,
@@ -197,37 +199,50 @@ fn llama_bench(bin: &Path, model: &str, prompt: usize, gen_tokens: usize) -> Res
         bail!("--llama-bench needs the model as a local GGUF file (got {model})");
     }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let run = |extra: &[&str]| {
+    let run = |args: &[&str], repack: bool| {
         Command::new(bin)
             .args(["-m", model, "-o", "json", "-r", "3"])
-            .args(["-p", &prompt.to_string(), "-n", &gen_tokens.to_string()])
             .args(["-t", &threads.to_string()])
-            .args(extra)
+            .args(args)
+            .args(if repack {
+                &[][..]
+            } else {
+                &["--repack", "0"][..]
+            })
             .output()
             .with_context(|| format!("could not run llama-bench at {}", bin.display()))
     };
-    let mut out = run(&[])?;
+    let (p, g) = (prompt.to_string(), gen_tokens.to_string());
+    // The prompt from an empty context, then decode after a context of the prompt's length,
+    // as lilypad's decode runs after its prompt.
+    let tests: [&[&str]; 2] = [&["-p", &p, "-n", "0"], &["-p", "0", "-n", &g, "-d", &p]];
     let mut repack = true;
-    if !out.status.success() && out.status.code().is_none() {
-        // Killed by a signal: on some VMs the CPU reports AMX but the kernel does not let a
-        // process use it, and llama.cpp's AMX buffer type crashes. Its extra buffer types
-        // (AMX, repacked weights) off, the plain CPU kernels run.
-        out = run(&["--repack", "0"])?;
-        repack = false;
+    let mut outputs = Vec::new();
+    for args in tests {
+        let mut out = run(args, repack)?;
+        if !out.status.success() && out.status.code().is_none() && repack {
+            // Killed by a signal: on some VMs the CPU reports AMX but the kernel does not let
+            // a process use it, and llama.cpp's AMX buffer type crashes. Its extra buffer
+            // types (AMX, repacked weights) off, the plain CPU kernels run.
+            repack = false;
+            out = run(args, repack)?;
+        }
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            bail!("llama-bench failed ({}): {}", out.status, tail.join(" / "));
+        }
+        outputs.push(out.stdout);
     }
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = err.lines().rev().take(5).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        bail!("llama-bench failed ({}): {}", out.status, tail.join(" / "));
-    }
-    let mut figures = parse_llama_bench(&out.stdout)?;
+    let outputs: Vec<&[u8]> = outputs.iter().map(Vec::as_slice).collect();
+    let mut figures = parse_llama_bench(&outputs)?;
     figures.repack = repack;
     Ok(figures)
 }
 
-/// The prefill (`pp`) and decode (`tg`) tests of `llama-bench -o json`'s output.
-fn parse_llama_bench(json: &[u8]) -> Result<LlamaCpp> {
+/// The prefill (`pp`) and decode (`tg`) tests of `llama-bench -o json`'s outputs.
+fn parse_llama_bench(outputs: &[&[u8]]) -> Result<LlamaCpp> {
     #[derive(serde::Deserialize)]
     struct Test {
         build_commit: String,
@@ -236,10 +251,16 @@ fn parse_llama_bench(json: &[u8]) -> Result<LlamaCpp> {
         n_threads: u32,
         n_prompt: usize,
         n_gen: usize,
+        #[serde(default)]
+        n_depth: usize,
         avg_ts: f64,
     }
-    let tests: Vec<Test> =
-        serde_json::from_slice(json).context("llama-bench's JSON output did not parse")?;
+    let mut tests: Vec<Test> = Vec::new();
+    for json in outputs {
+        let more: Vec<Test> =
+            serde_json::from_slice(json).context("llama-bench's JSON output did not parse")?;
+        tests.extend(more);
+    }
     let pick = |prefill: bool| {
         tests
             .iter()
@@ -265,6 +286,7 @@ fn parse_llama_bench(json: &[u8]) -> Result<LlamaCpp> {
         prefill_tokens: pp.n_prompt,
         prefill_tokens_per_s: pp.avg_ts,
         decode_tokens: tg.n_gen,
+        decode_after: tg.n_depth,
         decode_tokens_per_s: tg.avg_ts,
         repack: true,
     })
@@ -479,7 +501,7 @@ pub fn run(
         let decode_ratio = ours.map(|d| d.tokens_per_s / l.decode_tokens_per_s);
         let prefill_ratio = report.prefill_tokens_per_s / l.prefill_tokens_per_s;
         println!(
-            "llama.cpp {} ({}, {} threads{}), same file: prefill {} tokens {:.1} tok/s, decode {} tokens {:.1} tok/s",
+            "llama.cpp {} ({}, {} threads{}), same file: prefill {} tokens {:.1} tok/s, decode {} tokens after {} {:.1} tok/s",
             l.build_commit,
             l.backends,
             l.threads,
@@ -491,6 +513,7 @@ pub fn run(
             l.prefill_tokens,
             l.prefill_tokens_per_s,
             l.decode_tokens,
+            l.decode_after,
             l.decode_tokens_per_s
         );
         println!(
@@ -633,11 +656,14 @@ mod tests {
 
     #[test]
     fn reads_llama_bench_json() {
-        let l = parse_llama_bench(OUTPUT).unwrap();
+        let l = parse_llama_bench(&[OUTPUT]).unwrap();
         assert_eq!(l.build_commit, "0c1e570");
         assert_eq!(l.backends, "CPU");
         assert_eq!(l.threads, 2);
-        assert_eq!((l.prefill_tokens, l.decode_tokens), (16, 8));
+        assert_eq!(
+            (l.prefill_tokens, l.decode_tokens, l.decode_after),
+            (16, 8, 0)
+        );
         assert_eq!(l.prefill_tokens_per_s, 5.454795);
         assert_eq!(l.decode_tokens_per_s, 2.047708);
     }
@@ -646,9 +672,9 @@ mod tests {
     fn llama_bench_output_without_both_tests_is_an_error() {
         let only_prompt: Vec<serde_json::Value> = serde_json::from_slice(OUTPUT).unwrap();
         let only_prompt = serde_json::to_vec(&only_prompt[..1]).unwrap();
-        let err = parse_llama_bench(&only_prompt).unwrap_err().to_string();
+        let err = parse_llama_bench(&[&only_prompt]).unwrap_err().to_string();
         assert!(err.contains("no generation test"), "{err}");
-        let err = parse_llama_bench(b"llama-bench: error")
+        let err = parse_llama_bench(&[b"llama-bench: error"])
             .unwrap_err()
             .to_string();
         assert!(err.contains("did not parse"), "{err}");
