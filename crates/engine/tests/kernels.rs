@@ -850,7 +850,7 @@ fn attention_reference(
 }
 
 /// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
-/// partial 8-token tiles, decode steps of 1 to 3 tokens deep into the cache (the per-thread
+/// partial 8-token tiles, steps of 1 to 7 tokens deep into the cache (the per-thread
 /// layout's positions split over lanes, some lanes seeing fewer positions than others), every
 /// layout (the per-thread one falls back for head dim 42). Tolerance: 1e-4 of |want| + 0.01.
 #[test]
@@ -968,8 +968,13 @@ fn attention_batched_sequences_match_reference() {
     run_then_mixed.extend([(1, 60), (0, 90), (1, 61)]);
     // Batched decode: one token of each sequence, a workgroup per (head, token).
     let decode = [(0u32, 99u32), (1, 3), (2, 57)];
+    let five = [(0u32, 10u32), (1, 99), (2, 0), (0, 11), (1, 50)];
     let steps = [
         ("decode of three sequences", Step::batch(&decode, context)),
+        (
+            "five tokens of three sequences",
+            Step::batch(&five, context),
+        ),
         ("interleaved", Step::batch(&interleaved, context)),
         (
             "8 of slot 2 then mixed",

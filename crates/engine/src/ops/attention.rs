@@ -12,8 +12,9 @@ const LANES: u32 = 8;
 /// slower per-thread than per-workgroup on lavapipe).
 const PER_THREAD_MAX_DIM: u32 = 128;
 /// Steps of at most this many tokens (decode, a few sequences at once) use the per-thread
-/// layout's `attention_split`, which spreads each query's positions over a workgroup's lanes.
-const SPLIT_MAX_TOKENS: u32 = 3;
+/// layout's `attention_split`, which spreads each query's positions over a workgroup's lanes;
+/// from 8 tokens on the lane-per-token layout keeps every lane busy (measured equal at 8).
+const SPLIT_MAX_TOKENS: u32 = 7;
 
 /// How threads share the work (see `shaders/attention.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
