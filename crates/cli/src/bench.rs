@@ -97,11 +97,11 @@ impl Matvec<'_> {
                 ops::matvec::matvec(ctx, w, &x, &y, rows, &self.prefill_step, tile, false, false)?;
             let secs = time(ctx, &ds, self.batch)?;
             let gbs = (bytes * batch.div_ceil(tile as u64)) as f64 / secs / 1e9;
-            figures.prefill_us_per_token = Some(secs * 1e6 / batch as f64);
+            let us_per_token = secs * 1e6 / batch as f64;
+            figures.prefill_us_per_token = Some(us_per_token);
             figures.prefill_gbs = Some(gbs);
             format!(
-                "{:>11.1} {gbs:>7.2} {:>6.0}%",
-                secs * 1e6 / batch as f64,
+                "{us_per_token:>11.1} {gbs:>7.2} {:>6.0}%",
                 100.0 * gbs / copy_gbs
             )
         } else {
@@ -110,9 +110,9 @@ impl Matvec<'_> {
         println!(
             "{:<24} {:>6} {:>11} {copy_gbs:>6.2} {:>9.1} {gbs:>7.2} {:>6.0}% {prefill}",
             name,
-            w.ty.name(),
+            figures.ty,
             format!("{}x{}", w.rows, w.cols),
-            secs * 1e6,
+            figures.decode_us,
             100.0 * gbs / copy_gbs
         );
         Ok(figures)
@@ -192,12 +192,27 @@ pub struct Options {
     pub json: Option<PathBuf>,
 }
 
+impl Options {
+    /// What `--llama-bench` needs, checked before minutes of measuring rather than after.
+    fn check(&self) -> Result<()> {
+        if let Some(bin) = &self.llama_bench {
+            if !Path::new(&self.model_path).is_file() {
+                bail!(
+                    "--llama-bench needs the model as a local GGUF file (got {})",
+                    self.model_path
+                );
+            }
+            if !bin.is_file() {
+                bail!("--llama-bench: no llama-bench at {}", bin.display());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Runs `llama-bench` (CPU, all cores) on `model` with the same prompt and generation lengths,
 /// three repetitions, and reads its JSON.
 fn llama_bench(bin: &Path, model: &str, prompt: usize, gen_tokens: usize) -> Result<LlamaCpp> {
-    if !Path::new(model).is_file() {
-        bail!("--llama-bench needs the model as a local GGUF file (got {model})");
-    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = |args: &[&str], repack: bool| {
         Command::new(bin)
@@ -312,13 +327,13 @@ pub fn run(
     tok: &TextTokenizer,
     options: &Options,
 ) -> Result<()> {
+    options.check()?;
     let (prompt_tokens, gen_tokens) = (options.prompt_tokens, options.gen_tokens);
     let ctx = model.gpu().clone();
     println!("adapter: {}", ctx.adapter);
     let mut report = Report {
         adapter: ctx.adapter.to_string(),
         model: options.model_path.clone(),
-        default_depth: model.decode_depth(),
         context: model.context,
         ..Default::default()
     };
@@ -447,6 +462,7 @@ pub fn run(
     let mut texts = Vec::new();
     let mut walls = Vec::new();
     let default_depth = model.decode_depth();
+    report.default_depth = default_depth;
     for depth in [1, 2, 4] {
         model.restore(&state)?;
         model.set_decode_depth(depth)?;
