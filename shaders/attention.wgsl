@@ -6,6 +6,7 @@
 // no score buffer is needed and the context length is bounded only by the cache.
 // Macros: WG (chunk size and threads), MAX_D = ceil(head_dim / WG) accumulators per thread;
 // or PER_THREAD (CPU adapters, below) with HD4 = head_dim / 4 and optionally SUBGROUPS.
+// KV_F16: the cache holds packed f16 pairs (common/kv.wgsl).
 // SAVE_LSE: lse[t, head] = log Σ exp(scaled scores), the softmax statistics a backward pass
 // recomputes the probabilities from.
 
@@ -26,8 +27,8 @@ struct Params {
 // workgroup: lane i loads vec4s i, i + 8, … and subgroup shuffles hand them to the others
 // (without subgroups every lane loads the whole row). No barriers, no shared memory.
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<KvVec4>;
+@group(0) @binding(2) var<storage, read> v: array<KvVec4>;
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<uniform> step: Step;
@@ -39,14 +40,15 @@ const NEG_BIG: f32 = -3.0e38;
 // Positions scored before the running max and the accumulators are rescaled.
 const CHUNK = 8u;
 
+#include "common/kv.wgsl"
 #include "common/attention_rows.wgsl"
 
 // Element i of K (which = 0) or V (1): one row loader for both, folded at each call.
 fn load(which: u32, i: u32) -> vec4<f32> {
     if which == 0u {
-        return k[i];
+        return k4(i);
     }
-    return v[i];
+    return v4(i);
 }
 
 @compute @workgroup_size(LANES)
@@ -141,7 +143,7 @@ fn attention_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
             let base = ((first + min(pos, n_pos - 1u)) * p.n_kv + kv_head) * HD4;
             var d = vec4<f32>(0.0);
             for (var i = 0u; i < HD4; i++) {
-                d += qv[i] * k[base + i];
+                d += qv[i] * k4(base + i);
             }
             s[j] = select(NEG_BIG, d.x + d.y + d.z + d.w, pos < n_pos);
             m_new = max(m_new, s[j]);
@@ -158,7 +160,7 @@ fn attention_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
             let pr = select(0.0, exp(s[j] - m_new), pos < n_pos);
             l += pr;
             for (var i = 0u; i < HD4; i++) {
-                acc[i] += pr * v[base + i];
+                acc[i] += pr * v4(base + i);
             }
         }
         m = m_new;
@@ -192,8 +194,8 @@ fn attention_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
 }
 #else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<KvScalar>;
+@group(0) @binding(2) var<storage, read> v: array<KvScalar>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
 @group(0) @binding(5) var<uniform> step: Step;
@@ -202,6 +204,8 @@ fn attention_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
 #endif
 
 const NEG_BIG: f32 = -3.0e38;
+
+#include "common/kv.wgsl"
 
 var<workgroup> q_sh: array<f32, 256>;
 var<workgroup> probs: array<f32, WG>;
@@ -236,7 +240,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             let kb = (first + pos) * kv_stride + kv_head * hd;
             var dotv = 0.0;
             for (var d = 0u; d < hd; d++) {
-                dotv += q_sh[d] * k[kb + d];
+                dotv += q_sh[d] * k_at(kb + d);
             }
             s = dotv * p.scale;
         }
@@ -263,7 +267,7 @@ fn attention(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             if d < hd {
                 var a = acc[i] * corr;
                 for (var j = 0u; j < n_here; j++) {
-                    a += probs[j] * v[(first + c0 + j) * kv_stride + kv_head * hd + d];
+                    a += probs[j] * v_at((first + c0 + j) * kv_stride + kv_head * hd + d);
                 }
                 acc[i] = a;
             }

@@ -16,6 +16,7 @@
 // after 65535 iterations per invocation (llvmpipe's loop limiter, shared by all of a shader's
 // loops), so each dispatch covers a block of positions (dq, the first block setting dq and
 // delta, the others adding) or of query tokens (dk, dv), sized by the host to stay under it.
+// KV_F16: the caches hold packed f16 pairs (common/kv.wgsl); dk and dv stay f32.
 // DELTA_GIVEN: delta is already there (gated attention: attn_gate_backward.wgsl computes it
 // from the gated output, which is what the forward keeps) and o is not read.
 // Macros: WG, HD (the head dim: the size of each thread's accumulators), TPG (dq's tokens per
@@ -40,8 +41,8 @@ struct Params {
 
 #if PER_THREAD
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> k: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> v: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> k: array<KvVec4>;
+@group(0) @binding(2) var<storage, read> v: array<KvVec4>;
 @group(0) @binding(3) var<storage, read> o: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read> d_o: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read> lse: array<f32>;
@@ -52,16 +53,17 @@ struct Params {
 @group(0) @binding(10) var<uniform> p: Params;
 @group(0) @binding(11) var<uniform> step: Step;
 
+#include "common/kv.wgsl"
 #include "common/attention_rows.wgsl"
 
 // Element i of K (which = 0), V (1), q (2) or dO (3).
 fn load(which: u32, i: u32) -> vec4<f32> {
     switch which {
         case 0u: {
-            return k[i];
+            return k4(i);
         }
         case 1u: {
-            return v[i];
+            return v4(i);
         }
         case 2u: {
             return q[i];
@@ -160,8 +162,8 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
     var kr: Row;
     var vr: Row;
     for (var i = 0u; i < HD4; i++) {
-        kr[i] = k[kb + i];
-        vr[i] = v[kb + i];
+        kr[i] = k4(kb + i);
+        vr[i] = v4(kb + i);
     }
     var ak: Row;
     var av: Row;
@@ -199,8 +201,8 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
 }
 #else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
-@group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(1) var<storage, read> k: array<KvScalar>;
+@group(0) @binding(2) var<storage, read> v: array<KvScalar>;
 @group(0) @binding(3) var<storage, read> o: array<f32>;
 @group(0) @binding(4) var<storage, read> d_o: array<f32>;
 @group(0) @binding(5) var<storage, read> lse: array<f32>;
@@ -210,6 +212,8 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
 @group(0) @binding(9) var<storage, read_write> dv: array<f32>;
 @group(0) @binding(10) var<uniform> p: Params;
 @group(0) @binding(11) var<uniform> step: Step;
+
+#include "common/kv.wgsl"
 
 @compute @workgroup_size(WG)
 fn attention_backward_dq(
@@ -255,12 +259,12 @@ fn attention_backward_dq(
         var s = 0.0;
         var dp = 0.0;
         for (var d = 0u; d < HD; d++) {
-            s += q[base + d] * k[kb + d];
-            dp += d_o[base + d] * v[kb + d];
+            s += q[base + d] * k_at(kb + d);
+            dp += d_o[base + d] * v_at(kb + d);
         }
         let ds = exp(s * p.scale - m) * (dp - dl);
         for (var d = 0u; d < HD; d++) {
-            acc[d] += ds * k[kb + d];
+            acc[d] += ds * k_at(kb + d);
         }
     }
     for (var d = 0u; d < HD; d++) {
@@ -297,8 +301,8 @@ fn attention_backward_dkv(@builtin(global_invocation_id) gid: vec3<u32>) {
             var s = 0.0;
             var dp = 0.0;
             for (var d = 0u; d < HD; d++) {
-                s += q[base + d] * k[kb + d];
-                dp += d_o[base + d] * v[kb + d];
+                s += q[base + d] * k_at(kb + d);
+                dp += d_o[base + d] * v_at(kb + d);
             }
             let pr = exp(s * p.scale - lse[t * p.n_head + h]);
             let ds = pr * (dp - delta[t * p.n_head + h]);

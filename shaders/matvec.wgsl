@@ -13,7 +13,6 @@ struct Params {
     cols: u32,
     row_offset: u32,  // first output column written by this chunk
     y_stride: u32,    // floats per token in y
-    pos_rows: u32,    // 1: token t writes its KV-cache row of y (K/V straight into the cache); 0: row t
 }
 
 
@@ -41,8 +40,7 @@ struct Params {
 #include "common/quant.wgsl"
 
 fn store(row: u32, t: u32, v: f32) {
-    let yr = select(t, step.tok[min(t, 511u)].y, p.pos_rows == 1u);
-    let yi = yr * p.y_stride + p.row_offset + row;
+    let yi = t * p.y_stride + p.row_offset + row;
 #if ACCUMULATE
     y[yi] += v;
 #else

@@ -1,6 +1,5 @@
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for every row r of n values.
 // Rows are (token, group): group > 1 normalises each head separately (per-head QK norm).
-// y_pos_rows = 1: y is a KV cache and token t writes its cache row (Qwen3's K norm lands in it).
 // GATED: y[r] *= silu(z[r]) (Qwen3.5's DeltaNet output norm, per value head).
 // SAVE_RSTD: rstd[r] = 1 / sqrt(mean(x[r]^2) + eps), per (token, group) row, for a backward pass.
 // Macros: WG, GATED, SAVE_RSTD.
@@ -11,7 +10,6 @@ struct Params {
     n: u32,            // values per row
     groups: u32,       // rows per token
     eps: f32,
-    y_pos_rows: u32,   // 1: token t's rows in y start at its KV-cache row
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -32,8 +30,6 @@ var<workgroup> partial: array<f32, WG>;
 fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let live = wid.y < step.n_tokens;
     let base = (wid.y * p.groups + wid.x) * p.n;
-    let y_row = select(wid.y, step.tok[min(wid.y, 511u)].y, p.y_pos_rows == 1u);
-    let y_base = (y_row * p.groups + wid.x) * p.n;
     var ss = 0.0;
     if live {
         for (var i = tid; i < p.n; i += WG) {
@@ -59,9 +55,9 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
         for (var i = tid; i < p.n; i += WG) {
 #if GATED
             let g = z[base + i];
-            y[y_base + i] = x[base + i] * scale * w[i] * (g / (1.0 + exp(-g)));
+            y[base + i] = x[base + i] * scale * w[i] * (g / (1.0 + exp(-g)));
 #else
-            y[y_base + i] = x[base + i] * scale * w[i];
+            y[base + i] = x[base + i] * scale * w[i];
 #endif
         }
     }

@@ -1,12 +1,18 @@
-// Rotary position embedding, in place on x[t, head, dim], at token t's position.
+// Rotary position embedding at token t's position (Step.tok[t].x).
 // NEOX = 0: rotate adjacent pairs (2i, 2i+1) — llama.cpp's order for llama GGUFs, whose
 //   converter permuted the Q/K rows so that this equals HF's rotate_half.
 // NEOX = 1: rotate (i, i + n_rot/2), as Qwen models are stored.
 // Only the first n_rot dims of each head rotate (partial RoPE); theta_i = pos * freq[i], with
 // freq[i] = base^(-2i/n_rot) computed on the host in f64 (and where frequency scaling lives).
-// BACKWARD: rotates by -theta instead, which is the gradient: the rotation is orthogonal, so
-//   dx = R(theta)^T dy = R(-theta) dy (applied in place to dy).
-// Macros: WG, NEOX, BACKWARD.
+// Two forms:
+// `rope`: in place on x[t, head, dim]. BACKWARD rotates by -theta instead, which is the
+//   gradient: the rotation is orthogonal, so dx = R(theta)^T dy = R(-theta) dy (applied in
+//   place to dy).
+// `rope_store` (STORE): the step's K rows (x) rotated and its V rows (v_new), both
+//   [T, n_heads · head_dim], written to the layer's caches at each token's cache row
+//   (Step.tok[t].y): f32, or with KV_F16 packed f16 pairs (common/kv.wgsl). One thread per
+//   pair of adjacent values, the unit of the packed cache.
+// Macros: WG, NEOX, BACKWARD, STORE, KV_F16.
 
 #include "common/step.wgsl"
 
@@ -14,14 +20,75 @@ struct Params {
     n_heads: u32,
     head_dim: u32,
     n_rot: u32,
-    pos_rows: u32,  // 1: token t lives in its KV-cache row of x (the cache); 0: row t
 }
 
+#if STORE
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+#else
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
+#endif
 @group(0) @binding(1) var<storage, read> freq: array<f32>;
 @group(0) @binding(2) var<uniform> p: Params;
 @group(0) @binding(3) var<uniform> step: Step;
 
+#if STORE
+#include "common/kv.wgsl"
+
+@group(0) @binding(4) var<storage, read> v_new: array<f32>;
+@group(0) @binding(5) var<storage, read_write> k: array<KvScalar>;
+@group(0) @binding(6) var<storage, read_write> v: array<KvScalar>;
+
+// Value d of the head whose first value is x[base], after the rotation.
+fn roped(base: u32, d: u32, pos: f32) -> f32 {
+    if d >= p.n_rot {
+        return x[base + d];
+    }
+    let half = p.n_rot / 2u;
+#if NEOX
+    let i = d % half;
+    let a = x[base + i];
+    let b = x[base + i + half];
+    let second = d >= half;
+#else
+    let i = d / 2u;
+    let a = x[base + 2u * i];
+    let b = x[base + 2u * i + 1u];
+    let second = d % 2u == 1u;
+#endif
+    let theta = pos * freq[i];
+    let c = cos(theta);
+    let s = sin(theta);
+    return select(a * c - b * s, a * s + b * c, second);
+}
+
+@compute @workgroup_size(WG)
+fn rope_store(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let width = p.n_heads * p.head_dim;
+    let t = gid.y;
+    if gid.x >= width / 2u || t >= step.n_tokens {
+        return;
+    }
+    // Values e, e + 1 of the row: one head's, as head_dim is even.
+    let e = 2u * gid.x;
+    let at = t * width + e;
+    let base = t * width + (e / p.head_dim) * p.head_dim;
+    let pos = f32(step.tok[t].x);
+    let kv = vec4<f32>(roped(base, e % p.head_dim, pos), roped(base, e % p.head_dim + 1u, pos),
+                       v_new[at], v_new[at + 1u]);
+    let row = step.tok[t].y;
+#if KV_F16
+    let w = row * (width / 2u) + gid.x;
+    k[w] = pack2x16float(kv.xy);
+    v[w] = pack2x16float(kv.zw);
+#else
+    let w = row * width + e;
+    k[w] = kv.x;
+    k[w + 1u] = kv.y;
+    v[w] = kv.z;
+    v[w + 1u] = kv.w;
+#endif
+}
+#else
 @compute @workgroup_size(WG)
 fn rope(@builtin(global_invocation_id) gid: vec3<u32>) {
     let half = p.n_rot / 2u;
@@ -39,7 +106,7 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
     let c = cos(theta);
     let s = sin(theta);
-    let base = (select(t, step.tok[t].y, p.pos_rows == 1u) * p.n_heads + head) * p.head_dim;
+    let base = (t * p.n_heads + head) * p.head_dim;
 #if NEOX
     let i0 = base + i;
     let i1 = base + i + half;
@@ -52,3 +119,4 @@ fn rope(@builtin(global_invocation_id) gid: vec3<u32>) {
     x[i0] = a * c - b * s;
     x[i1] = a * s + b * c;
 }
+#endif

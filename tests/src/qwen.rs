@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use lilypad_engine::{Model, ModelOptions};
+use lilypad_engine::{DType, Model, ModelOptions};
 use lilypad_gguf::{ByteSource, GgufFile, MmapSource};
 use serde::Deserialize;
 
@@ -40,10 +40,13 @@ pub fn load_model(file: &GgufFile, src: &dyn ByteSource, opts: &ModelOptions) ->
     Some(pollster::block_on(Model::load(gpu()?, file, src, opts, &mut |_| {})).unwrap())
 }
 
+/// The reference checks run an f32 KV cache, so that they see the kernels' own error
+/// (~1e-6 here); the f16 cache (the default) has its own check in `tests/kv_cache.rs`.
 pub fn options(context: u32, max_batch: u32) -> ModelOptions {
     ModelOptions {
         context: Some(context),
         max_batch,
+        kv_cache: DType::F32,
         ..Default::default()
     }
 }
@@ -114,9 +117,18 @@ impl Fixture {
         load_model(&self.file, &self.src, &options(context, max_batch))
     }
 
+    /// [`Fixture::model`] with a KV cache of `kv` elements.
+    pub fn model_with_kv(&self, context: u32, max_batch: u32, kv: DType) -> Option<Model> {
+        let opts = ModelOptions {
+            kv_cache: kv,
+            ..options(context, max_batch)
+        };
+        load_model(&self.file, &self.src, &opts)
+    }
+
     /// Asserts that `got` (rows for positions first..) is within [`TOL`] of the reference
-    /// at every position, and prints the worst errors.
-    pub fn check(&self, got: &[f32], first: usize, what: &str) {
+    /// at every position, and prints and returns the worst errors (max |Δ|, relative).
+    pub fn check(&self, got: &[f32], first: usize, what: &str) -> (f32, f32) {
         let vocab = self.vocab;
         assert_eq!(got.len() % vocab, 0, "{what}: logits length");
         let (mut worst, mut worst_abs) = (0f32, 0f32);
@@ -132,5 +144,6 @@ impl Fixture {
             worst_abs = worst_abs.max(diff);
         }
         eprintln!("{what}: max |Δ| {worst_abs:.3e}, relative {worst:.3e}");
+        (worst_abs, worst)
     }
 }

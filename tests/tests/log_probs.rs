@@ -3,7 +3,7 @@
 //! fixtures (tests/fixtures/qwen), over steps split into chunks and after a cached prefix,
 //! and in another sequence slot.
 
-use lilypad_engine::{EngineError, ModelOptions};
+use lilypad_engine::{DType, EngineError, ModelOptions};
 use lilypad_tests::qwen::{Fixture, load_model};
 
 /// log p in f64 from a row of reference logits.
@@ -23,10 +23,12 @@ fn log_probs_match_transformers() {
         let want: Vec<f64> = (0..n - 1)
             .map(|i| log_prob(&f.logits[i * f.vocab..][..f.vocab], tokens[i + 1]))
             .collect();
+        // The f32 KV cache, as for every reference check (`qwen::options`).
         let opts = ModelOptions {
             context: Some(128),
             max_batch: 16,
             sequences: 2,
+            kv_cache: DType::F32,
             ..Default::default()
         };
         let Some(mut m) = load_model(&f.file, &f.src, &opts) else {

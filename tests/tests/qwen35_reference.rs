@@ -5,7 +5,9 @@
 //! decode, with conv and delta state carried between steps), and across snapshot / restore.
 //! The Q8_0 GGUF must reproduce a float64 pass over its dequantized weights.
 
-use lilypad_engine::{EngineError, Logits, Model, ModelConfig, ModelOptions, SamplingParams};
+use lilypad_engine::{
+    DType, EngineError, Logits, Model, ModelConfig, ModelOptions, SamplingParams,
+};
 use lilypad_gguf::{GgmlType, GgufFile, Value};
 use lilypad_tests::copy_gguf;
 use lilypad_tests::qwen::{self, Fixture};
@@ -258,8 +260,8 @@ fn multi_token_prediction_layer_loads() {
         panic!("not qwen35")
     };
     assert_eq!((c.n_layer, c.n_mtp), (6, 1));
-    let without = cfg.memory_plan(&file, 256, 64, false);
-    let with = cfg.memory_plan(&file, 256, 64, true);
+    let without = cfg.memory_plan(&file, 256, 64, DType::F16, false);
+    let with = cfg.memory_plan(&file, 256, 64, DType::F16, true);
     assert!(with.weights > without.weights && with.kv_cache > without.kv_cache);
 
     for mtp in [false, true] {
@@ -387,7 +389,9 @@ fn safetensors_checkpoint_matches_transformers() {
         };
         let logits = eval(&mut m, &f.tokens(), Logits::All);
         match quantize_to {
-            None => f.check(&logits, 0, "from safetensors"),
+            None => {
+                f.check(&logits, 0, "from safetensors");
+            }
             // F16 weights move this model's logits by ~4e-2 (fixture README).
             Some(_) => {
                 let worst = logits

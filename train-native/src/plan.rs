@@ -7,7 +7,7 @@
 use anyhow::{Result, bail};
 use lilypad_engine::backward::BackwardBuffers;
 use lilypad_engine::error::human_bytes;
-use lilypad_engine::{ActivationPlan, ModelConfig};
+use lilypad_engine::{ActivationPlan, ModelConfig, ModelOptions};
 
 #[derive(clap::Args)]
 pub struct PlanArgs {
@@ -62,7 +62,9 @@ pub fn plan(
         .sum();
     let activations = ActivationPlan::new(&shape, tokens, step);
     Plan {
-        model: cfg.memory_plan(file, tokens, step, false).total(),
+        model: cfg
+            .memory_plan(file, tokens, step, ModelOptions::default().kv_cache, false)
+            .total(),
         kept: activations.keep,
         checkpointed: activations.checkpoint,
         // The adapter, its gradient and AdamW's two moments, f32.

@@ -291,6 +291,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         sha256: None,
         lora: None,
         context: Some(config.context),
+        kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
         adapter: None,
         quiet: true,
     };

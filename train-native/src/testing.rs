@@ -61,6 +61,7 @@ pub fn tiny_llama_session(context: u32) -> Option<lilypad_chat::ChatSession> {
         sha256: None,
         lora: None,
         context: Some(context),
+        kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
         adapter: None,
         quiet: true,
     };

@@ -39,6 +39,7 @@ fn logits(model: &std::path::Path, lora: Option<PathBuf>, tokens: &[u32]) -> Opt
         sha256: None,
         lora,
         context: Some(64),
+        kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
         adapter: None,
         quiet: true,
     };

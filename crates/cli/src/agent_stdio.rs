@@ -351,6 +351,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 lora,
                 quantize: Default::default(),
                 context,
+                kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
                 adapter,
                 quiet: true,
             };

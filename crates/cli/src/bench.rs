@@ -78,7 +78,7 @@ impl Matvec<'_> {
         let x = ctx.storage_buffer("bench x", batch * w.cols * 4, wgpu::BufferUsages::empty())?;
         let y = ctx.storage_buffer("bench y", batch * w.rows * 4, wgpu::BufferUsages::empty())?;
         let rows = w.rows as u32;
-        let ds = ops::matvec::matvec(ctx, w, &x, &y, rows, &self.step, 1, false, false)?;
+        let ds = ops::matvec::matvec(ctx, w, &x, &y, rows, &self.step, 1, false)?;
         let secs = time(ctx, &ds, 1)?;
         let gbs = bytes as f64 / secs / 1e9;
         let mut figures = MatvecRow {
@@ -93,8 +93,7 @@ impl Matvec<'_> {
         };
         let prefill = if prefill {
             let tile = ops::matvec::PREFILL_TILE;
-            let ds =
-                ops::matvec::matvec(ctx, w, &x, &y, rows, &self.prefill_step, tile, false, false)?;
+            let ds = ops::matvec::matvec(ctx, w, &x, &y, rows, &self.prefill_step, tile, false)?;
             let secs = time(ctx, &ds, self.batch)?;
             let gbs = (bytes * batch.div_ceil(tile as u64)) as f64 / secs / 1e9;
             let us_per_token = secs * 1e6 / batch as f64;

@@ -35,6 +35,9 @@ pub struct ModelArgs {
     /// Context length (KV cache positions).
     #[arg(long)]
     pub context: Option<u32>,
+    /// The KV cache's element type: f16 halves its memory; f32 keeps every bit.
+    #[arg(long, default_value = "f16", value_name = "f16|f32")]
+    pub kv_cache: lilypad_engine::DType,
     /// GPU adapter name substring or index (also LILYPAD_ADAPTER).
     #[arg(long)]
     pub adapter: Option<String>,
@@ -128,6 +131,7 @@ impl Loaded {
         let opts = ModelOptions {
             context: args.context,
             sequences,
+            kv_cache: args.kv_cache,
             ..Default::default()
         };
         // The adapter is read and checked against the file before the upload starts.

@@ -45,6 +45,9 @@ enum Command {
         /// Context length to plan memory for (default: the model's, at most 4096).
         #[arg(long)]
         context: Option<u32>,
+        /// The KV cache's element type to plan for.
+        #[arg(long, default_value = "f16", value_name = "f16|f32")]
+        kv_cache: lilypad_engine::DType,
         /// Also plan a training forward pass over sequences of these lengths: the memory of
         /// keeping every layer's activations, and of keeping only layer inputs and
         /// recomputing (checkpointing).
@@ -178,8 +181,9 @@ fn run(cli: Cli) -> Result<()> {
             quantize,
             tensors,
             context,
+            kv_cache,
             train_tokens,
-        } => inspect(&model, quantize, tensors, context, &train_tokens),
+        } => inspect(&model, quantize, tensors, context, kv_cache, &train_tokens),
         Command::Generate {
             model,
             prompt,
@@ -307,7 +311,8 @@ fn print_training_plans(file: &GgufFile, cfg: &ModelConfig, lengths: &[u32]) {
         let plan = ActivationPlan::new(&cfg.activation_shape(), tokens, step);
         // The model itself at this context: weights, KV cache, recurrent state, inference
         // activations and the logits of a step.
-        let fixed = cfg.memory_plan(file, tokens, step, false).total();
+        let kv = ModelOptions::default().kv_cache;
+        let fixed = cfg.memory_plan(file, tokens, step, kv, false).total();
         println!(
             "training {tokens} tokens (steps of {}): activations kept {} / checkpointed {}; \
              with the model at this context {} / {}",
@@ -325,6 +330,7 @@ fn inspect(
     quantize: Quantize,
     list: bool,
     context: Option<u32>,
+    kv_cache: lilypad_engine::DType,
     train_tokens: &[u32],
 ) -> Result<()> {
     let (path, _src, file) = open_file(spec, None, quantize, false)?;
@@ -361,8 +367,9 @@ fn inspect(
         Ok(cfg) => {
             println!("{}", cfg.summary());
             let ctx = context.unwrap_or(cfg.context_train().min(4096));
-            let plan = cfg.memory_plan(&file, ctx, ModelOptions::default().max_batch, false);
-            println!("GPU memory:   {plan} at context {ctx}");
+            let max_batch = ModelOptions::default().max_batch;
+            let plan = cfg.memory_plan(&file, ctx, max_batch, kv_cache, false);
+            println!("GPU memory:   {plan} at context {ctx}, {kv_cache} KV cache");
             println!(
                 "largest single buffer: {}",
                 lilypad_engine::error::human_bytes(plan.largest_unsplittable)

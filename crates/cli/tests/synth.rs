@@ -50,8 +50,9 @@ fn synthetic_frognano_loads_runs_and_is_sized() {
     if adapter {
         assert!(report.contains("fits:         yes"), "{report}");
     }
-    // One full-attention layer's KV cache at 65,536 positions is 256 MiB in one buffer.
-    let out = lilypad(&["inspect", model, "--context", "65536"]);
+    // One full-attention layer's f16 KV cache at 131,072 positions is 256 MiB in one buffer
+    // (f32: at half as many).
+    let out = lilypad(&["inspect", model, "--context", "131072"]);
     if adapter {
         assert!(text(&out).contains("fits:         NO"), "{}", text(&out));
     }
@@ -63,7 +64,7 @@ fn synthetic_frognano_loads_runs_and_is_sized() {
         "--model",
         model,
         "--context",
-        "65536",
+        "131072",
         "--prompt",
         "hi",
     ]);

@@ -49,6 +49,10 @@ pub struct ActivationShape {
 pub struct AttentionActivations {
     /// Queries after norm and RoPE [T, n_head · head_dim].
     pub q: Tensor,
+    /// The step's keys (after any norm, before RoPE) and values [T, n_kv · head_dim], on
+    /// their way into the caches (`Graph::rope_store`).
+    pub k: Tensor,
+    pub v: Tensor,
     /// Attention's output, the input of attn_output (gated, for Qwen3.5) [T, q_dim].
     pub att: Tensor,
     /// Projected q and k before their per-head norms (QK-norm models).
@@ -150,7 +154,7 @@ impl ActivationShape {
         let a = &self.attention;
         let qk_raw = if a.qk_norm { a.q_dim() + a.kv_dim() } else { 0 };
         let qg = if a.gated { 2 * a.q_dim() } else { 0 };
-        (2 * a.q_dim() + qk_raw + qg) as u64
+        (2 * a.q_dim() + 2 * a.kv_dim() + qk_raw + qg) as u64
     }
 
     fn attention_saved_floats(&self) -> u64 {
@@ -236,6 +240,8 @@ impl ActivationStore {
         let attention = |saving: bool| -> Result<AttentionActivations> {
             Ok(AttentionActivations {
                 q: z("q", a.q_dim())?,
+                k: z("k", a.kv_dim())?,
+                v: z("v", a.kv_dim())?,
                 att: z("attention out", a.q_dim())?,
                 qk_raw: match a.qk_norm {
                     true => Some((z("q raw", a.q_dim())?, z("k raw", a.kv_dim())?)),
@@ -413,8 +419,9 @@ impl ActivationStore {
             }
             match &l.mixer {
                 MixerActivations::Attention(a) => {
-                    add(&a.q);
-                    add(&a.att);
+                    for t in [&a.q, &a.k, &a.v, &a.att] {
+                        add(t);
+                    }
                     for (p, q) in [&a.qk_raw, &a.qk_rstd].into_iter().flatten() {
                         add(p);
                         add(q);

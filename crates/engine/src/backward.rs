@@ -1,6 +1,8 @@
 //! The backward pass of training: the gradients of a per-token log-probability loss
 //!
-//!     L = Σ_t coef[t] · log p(targets[t] | tokens[..=t])
+//! ```text
+//! L = Σ_t coef[t] · log p(targets[t] | tokens[..=t])
+//! ```
 //!
 //! with respect to every LoRA adapter's A and B (the model's own weights stay frozen), through
 //! the backward kernels of `shaders/*_backward.wgsl`, over a [`TrainingForward`]. `coef` carries
@@ -25,7 +27,7 @@ use crate::activations::{
 };
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
-use crate::graph::{Graph, Write};
+use crate::graph::Graph;
 use crate::kernels::Dispatch;
 use crate::linear::Linear;
 use crate::model::Model;
@@ -747,15 +749,7 @@ impl Model {
             .x;
         let rstd = store.hidden_rstd.as_ref();
         let eps = self.arch.eps();
-        g.rms_norm(
-            x,
-            self.arch.output_norm(),
-            None,
-            &store.hidden,
-            rstd,
-            eps,
-            Write::Set,
-        )?;
+        g.rms_norm(x, self.arch.output_norm(), None, &store.hidden, rstd, eps)?;
         let head = self.arch.lm_head();
         let vocab = head.rows as u32;
         for d in ops::matvec::matvec(
@@ -766,7 +760,6 @@ impl Model {
             vocab,
             g.step,
             g.tile,
-            false,
             false,
         )? {
             g.push(d);

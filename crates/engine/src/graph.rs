@@ -26,8 +26,6 @@ pub enum Write {
     Set,
     /// Adds to y (the residual stream).
     Add,
-    /// y is a cache and token t writes its cache row (`Step.tok[t]`).
-    Cache,
 }
 
 /// What the runtime hands an architecture to record a graph with: the step's token ids and
@@ -44,6 +42,21 @@ pub struct GraphIo<'a> {
     pub lora: Option<&'a Tensor>,
     /// The step may hold tokens of several sequences (batched decode).
     pub multi_sequence: bool,
+}
+
+fn check_rope(x: &Tensor, freqs: &Tensor, head_dim: u32, n_rot: u32) -> Result<()> {
+    if head_dim == 0 || !x.cols().is_multiple_of(head_dim) || freqs.cols() < n_rot / 2 {
+        return Err(EngineError::Shape {
+            op: "rope",
+            detail: format!(
+                "{} {:?} in heads of {head_dim}, {n_rot} rotated, {} frequencies",
+                x.label,
+                x.shape,
+                freqs.cols()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Records one graph: the dispatches of a step of up to `max_tokens` tokens.
@@ -93,13 +106,7 @@ impl<'a> Graph<'a> {
     pub fn matvec(&mut self, linear: &Linear, x: &Tensor, y: &Tensor, write: Write) -> Result<()> {
         let w = &linear.weight;
         x.expect("matvec", self.max_tokens, w.cols as u32)?;
-        let y_rows = if write == Write::Cache {
-            0
-        } else {
-            self.max_tokens
-        };
-        y.expect("matvec", y_rows, w.rows as u32)?;
-        let (cache, add) = (write == Write::Cache, write == Write::Add);
+        y.expect("matvec", self.max_tokens, w.rows as u32)?;
         self.dispatches.extend(ops::matvec::matvec(
             self.ctx,
             w,
@@ -108,8 +115,7 @@ impl<'a> Graph<'a> {
             y.cols(),
             self.step,
             self.tile,
-            add,
-            cache,
+            write == Write::Add,
         )?);
         if let Some(lora) = &linear.lora {
             let u = self.lora.ok_or_else(|| {
@@ -129,7 +135,6 @@ impl<'a> Graph<'a> {
             }
             self.dispatches.extend(ops::matvec::matvec(
                 self.ctx, &lora.a, &x.buffer, &u.buffer, lora.rank, self.step, self.tile, false,
-                false,
             )?);
             self.dispatches.extend(ops::matvec::matvec(
                 self.ctx,
@@ -140,16 +145,14 @@ impl<'a> Graph<'a> {
                 self.step,
                 self.tile,
                 true,
-                cache,
             )?);
         }
         Ok(())
     }
 
     /// y = rmsnorm(x) · w per row of w.cols() values (`x.cols() / w.cols()` rows per token:
-    /// per-head norms), optionally gated by silu(z) (`z` like x), writing into a cache when
-    /// `write` is [`Write::Cache`], and keeping each row's reciprocal RMS in `rstd` [T, rows
-    /// per token] when given.
+    /// per-head norms), optionally gated by silu(z) (`z` like x), keeping each row's
+    /// reciprocal RMS in `rstd` [T, rows per token] when given.
     pub fn rms_norm(
         &mut self,
         x: &Tensor,
@@ -158,7 +161,6 @@ impl<'a> Graph<'a> {
         y: &Tensor,
         rstd: Option<&Tensor>,
         eps: f32,
-        write: Write,
     ) -> Result<()> {
         let n = w.cols();
         if n == 0 || w.rows() != 1 || !x.cols().is_multiple_of(n) {
@@ -172,20 +174,12 @@ impl<'a> Graph<'a> {
         }
         let groups = x.cols() / n;
         x.expect("rms_norm", self.max_tokens, x.cols())?;
-        let y_rows = if write == Write::Cache {
-            0
-        } else {
-            self.max_tokens
-        };
-        y.expect("rms_norm", y_rows, x.cols())?;
+        y.expect("rms_norm", self.max_tokens, x.cols())?;
         if let Some(z) = z {
             z.expect("rms_norm", self.max_tokens, x.cols())?;
         }
         if let Some(r) = rstd {
             r.expect("rms_norm", self.max_tokens, groups)?;
-        }
-        if write == Write::Add {
-            return Err(EngineError::Config("rms_norm cannot add into y".into()));
         }
         self.push(ops::rms_norm::rms_norm_saving(
             self.ctx,
@@ -197,14 +191,12 @@ impl<'a> Graph<'a> {
             n,
             groups,
             eps,
-            write == Write::Cache,
             self.step,
         )?);
         Ok(())
     }
 
-    /// Rotates the first `n_rot` dims of each `head_dim`-wide head of x in place (x a cache
-    /// when `in_cache`: token t's row is its cache row).
+    /// Rotates the first `n_rot` dims of each `head_dim`-wide head of x in place.
     pub fn rope(
         &mut self,
         x: &Tensor,
@@ -212,19 +204,9 @@ impl<'a> Graph<'a> {
         head_dim: u32,
         n_rot: u32,
         mode: RopeMode,
-        in_cache: bool,
     ) -> Result<()> {
-        if head_dim == 0 || !x.cols().is_multiple_of(head_dim) || freqs.cols() < n_rot / 2 {
-            return Err(EngineError::Shape {
-                op: "rope",
-                detail: format!(
-                    "{} {:?} in heads of {head_dim}, {n_rot} rotated, {} frequencies",
-                    x.label,
-                    x.shape,
-                    freqs.cols()
-                ),
-            });
-        }
+        check_rope(x, freqs, head_dim, n_rot)?;
+        x.expect("rope", self.max_tokens, x.cols())?;
         self.push(ops::rope::rope(
             self.ctx,
             &x.buffer,
@@ -233,7 +215,47 @@ impl<'a> Graph<'a> {
             head_dim,
             n_rot,
             mode,
-            in_cache,
+            self.step,
+        )?);
+        Ok(())
+    }
+
+    /// The step's keys, rotated as [`Graph::rope`] does, and values into a layer's caches
+    /// (each token's row to its cache row, in the caches' element type): k_new, v_new
+    /// [T, n_kv · head_dim] f32; k_cache, v_cache [rows, n_kv · head_dim].
+    pub fn rope_store(
+        &mut self,
+        (k_new, v_new): (&Tensor, &Tensor),
+        freqs: &Tensor,
+        (k_cache, v_cache): (&Tensor, &Tensor),
+        head_dim: u32,
+        n_rot: u32,
+        mode: RopeMode,
+    ) -> Result<()> {
+        check_rope(k_new, freqs, head_dim, n_rot)?;
+        let width = k_new.cols();
+        k_new.expect("rope_store", self.max_tokens, width)?;
+        v_new.expect("rope_store", self.max_tokens, width)?;
+        if k_cache.cols() != width
+            || k_cache.shape != v_cache.shape
+            || k_cache.dtype != v_cache.dtype
+        {
+            return Err(EngineError::Shape {
+                op: "rope_store",
+                detail: format!(
+                    "rows of {width} into caches {:?} {} and {:?} {}",
+                    k_cache.shape, k_cache.dtype, v_cache.shape, v_cache.dtype
+                ),
+            });
+        }
+        self.push(ops::rope::rope_store(
+            self.ctx,
+            [&k_new.buffer, &v_new.buffer],
+            &freqs.buffer,
+            [&k_cache.buffer, &v_cache.buffer],
+            k_cache.dtype,
+            [width / head_dim, head_dim, n_rot],
+            mode,
             self.step,
         )?);
         Ok(())
@@ -254,7 +276,8 @@ impl<'a> Graph<'a> {
         let bad = head_dim == 0
             || !q.cols().is_multiple_of(head_dim)
             || !k.cols().is_multiple_of(head_dim)
-            || k.shape != v.shape;
+            || k.shape != v.shape
+            || k.dtype != v.dtype;
         if bad {
             return Err(EngineError::Shape {
                 op: "attention",
@@ -276,6 +299,7 @@ impl<'a> Graph<'a> {
             &q.buffer,
             &k.buffer,
             &v.buffer,
+            k.dtype,
             &out.buffer,
             lse.map(|l| &l.buffer),
             n_head,

@@ -22,6 +22,10 @@ const SOURCES: &[(&str, &str)] = &[
         include_str!("../../../shaders/common/attention_rows.wgsl"),
     ),
     (
+        "common/kv.wgsl",
+        include_str!("../../../shaders/common/kv.wgsl"),
+    ),
+    (
         "common/delta_rule.wgsl",
         include_str!("../../../shaders/common/delta_rule.wgsl"),
     ),

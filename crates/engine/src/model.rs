@@ -18,7 +18,7 @@ use crate::models::record_forward;
 use crate::models::{Forward, ModelConfig};
 use crate::ops::{self, Step, matvec::PREFILL_TILE, sample::Sampler};
 use crate::state::{SequenceState, StateBuffer};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use crate::{Rng, SamplingParams};
 
 /// What a model will occupy on the GPU.
@@ -114,6 +114,10 @@ pub struct ModelOptions {
     /// Sequence slots: independent sequences with their own KV-cache rows and recurrent
     /// state, decoded together by [`Model::sample_batch`] (at most `max_batch`).
     pub sequences: u32,
+    /// The KV cache's element type: f16 (the default) halves its memory and the bandwidth
+    /// attention reads it with, at a cost in accuracy measured against the reference
+    /// fixtures (BENCHMARKS.md); f32 keeps every bit the step computed.
+    pub kv_cache: DType,
 }
 
 impl Default for ModelOptions {
@@ -124,6 +128,7 @@ impl Default for ModelOptions {
             max_chunk_bytes: None,
             mtp: false,
             sequences: 1,
+            kv_cache: DType::F16,
         }
     }
 }
@@ -163,6 +168,8 @@ pub struct Model {
     pub config: ModelConfig,
     pub context: u32,
     pub max_batch: u32,
+    /// The KV cache's element type.
+    pub kv_cache: DType,
     pub plan: MemoryPlan,
     pub(crate) io: Io,
     /// Per sequence slot, the tokens whose state is in the model's buffers, in order. Slot 0
@@ -238,13 +245,14 @@ impl Model {
         check_tensors(file, &cfg.loaded_tensor_shapes(true))?;
         let total_bytes = check_tensors(file, &cfg.loaded_tensor_shapes(opts.mtp))?;
         let plan = cfg
-            .memory_plan(file, context, max_batch, opts.mtp)
+            .memory_plan(file, context, max_batch, opts.kv_cache, opts.mtp)
             .with_sequences(sequences);
         plan.check_fits(&ctx, context)?;
 
         let oom_scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let loader = Loader::new(&ctx, file, src, opts.max_chunk_bytes, total_bytes, progress)
-            .with_sequences(sequences);
+            .with_sequences(sequences)
+            .with_kv_cache(opts.kv_cache);
         let arch = cfg.load(&loader, context, opts.mtp)?;
         let store = ActivationStore::new(
             &ctx,
@@ -275,7 +283,6 @@ impl Model {
             &io.step_one,
             1,
             false,
-            false,
         )?;
         let head_all = ops::matvec::matvec(
             &ctx,
@@ -285,7 +292,6 @@ impl Model {
             cfg.vocab(),
             &io.step,
             PREFILL_TILE,
-            false,
             false,
         )?;
         let gather_log_probs = ops::softmax::gather_log_probs(
@@ -312,6 +318,7 @@ impl Model {
             config: cfg,
             context,
             max_batch,
+            kv_cache: opts.kv_cache,
             plan,
             io,
             seqs: vec![Vec::new(); sequences as usize],
@@ -693,13 +700,15 @@ impl Model {
         SequenceState::capture(&self.ctx, &self.state, &self.seqs[0], 0).await
     }
 
-    /// What a state saved by this model is keyed by: its weights' fingerprint and, with a
-    /// LoRA adapter, the adapter's. (An adapter changed by training steps since `set_lora`
-    /// keeps its key: save states from a model that is not being trained.)
+    /// What a state saved by this model is keyed by: its weights' fingerprint, the KV
+    /// cache's element type and, with a LoRA adapter, the adapter's fingerprint. (An adapter
+    /// changed by training steps since `set_lora` keeps its key: save states from a model
+    /// that is not being trained.)
     pub fn state_key(&self) -> String {
+        let base = format!("{}+kv:{}", self.identity, self.kv_cache);
         match &self.lora_identity {
-            Some(lora) => format!("{}+lora:{lora}", self.identity),
-            None => self.identity.clone(),
+            Some(lora) => format!("{base}+lora:{lora}"),
+            None => base,
         }
     }
 

@@ -9,15 +9,44 @@ use crate::gpu::GpuContext;
 
 /// Element types of activation tensors (weights keep their GGUF types in
 /// [`crate::weights::GpuWeight`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
+    /// IEEE half precision, two values packed in each u32 word (WGSL's `pack2x16float`), so
+    /// no shader-f16 feature is needed: the KV cache's default. Rows hold an even count.
+    F16,
 }
 
 impl DType {
     pub fn size(self) -> u64 {
         match self {
             Self::F32 => 4,
+            Self::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+        }
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for DType {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            _ => Err(format!("{s:?} is not an element type (f16 or f32)")),
         }
     }
 }
@@ -34,11 +63,27 @@ pub struct Tensor {
 impl Tensor {
     /// A zeroed f32 tensor.
     pub fn zeros(ctx: &GpuContext, label: &'static str, shape: [u32; 2]) -> Result<Self> {
-        let bytes = shape[0] as u64 * shape[1] as u64 * DType::F32.size();
+        Self::zeros_of(ctx, label, shape, DType::F32)
+    }
+
+    /// A zeroed tensor of `dtype`.
+    pub fn zeros_of(
+        ctx: &GpuContext,
+        label: &'static str,
+        shape: [u32; 2],
+        dtype: DType,
+    ) -> Result<Self> {
+        if dtype == DType::F16 && !shape[1].is_multiple_of(2) {
+            return Err(EngineError::Shape {
+                op: "tensor",
+                detail: format!("{label} {shape:?}: f16 rows pack values in pairs"),
+            });
+        }
+        let bytes = shape[0] as u64 * shape[1] as u64 * dtype.size();
         Ok(Self {
             buffer: ctx.storage_buffer(label, bytes, wgpu::BufferUsages::empty())?,
             shape,
-            dtype: DType::F32,
+            dtype,
             label,
         })
     }

@@ -12,6 +12,7 @@ use lilypad_engine::ops::{
     rope::RopeMode,
     sample::{Sampler, SamplingParams, reference_sample},
 };
+use lilypad_engine::tensor::DType;
 use lilypad_engine::weights::GpuWeight;
 use lilypad_gguf::{GgmlType, dequantize, quantize};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -48,6 +49,33 @@ fn randn(r: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
 fn buf_f32(ctx: &GpuContext, data: &[f32]) -> wgpu::Buffer {
     ctx.storage_buffer_init("test", bytemuck::cast_slice(data))
         .unwrap()
+}
+
+/// A K or V cache holding `data` as `dtype` elements, and the values it then holds (rounded
+/// to f16 for an f16 cache: what a reference must compute with).
+fn kv_buf(ctx: &GpuContext, data: &[f32], dtype: DType) -> (wgpu::Buffer, Vec<f32>) {
+    match dtype {
+        DType::F32 => (buf_f32(ctx, data), data.to_vec()),
+        DType::F16 => {
+            let h: Vec<half::f16> = data.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let b = ctx
+                .storage_buffer_init("test", bytemuck::cast_slice(&h))
+                .unwrap();
+            (b, h.iter().map(|v| v.to_f32()).collect())
+        }
+    }
+}
+
+/// A cache's values read back as f32, whatever its element type.
+fn read_kv(ctx: &GpuContext, b: &wgpu::Buffer, n: usize, dtype: DType) -> Vec<f32> {
+    match dtype {
+        DType::F32 => read(ctx, b, n),
+        DType::F16 => {
+            let words = pollster::block_on(ctx.read_back(b, 0, n as u64 * 2)).unwrap();
+            let h: &[half::f16] = bytemuck::cast_slice(&words);
+            h.iter().map(|v| v.to_f32()).collect()
+        }
+    }
 }
 
 fn buf_u32(ctx: &GpuContext, data: &[u32]) -> wgpu::Buffer {
@@ -310,7 +338,6 @@ fn matvec_matches_reference() {
                         &s,
                         tile,
                         accumulate,
-                        false,
                     )
                     .unwrap();
                     run(&ctx, &ds, tokens as u32);
@@ -337,112 +364,6 @@ fn matvec_matches_reference() {
     }
 }
 
-/// K/V straight into a cache: token t writes row pos0 + t; the other rows keep their
-/// sentinel. Block and unit weight types, every layout. Tolerance as above.
-#[test]
-fn matvec_into_cache_rows() {
-    let ctx = ctx_or_skip!();
-    let mut r = rng();
-    let (tokens, pos0, cache_rows) = (11usize, 5usize, 20usize);
-    for ty in [GgmlType::Q4_1, GgmlType::Q4K] {
-        let (rows, cols) = (45usize, test_cols(ty, 5, 1));
-        let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
-        let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, None).unwrap();
-        let x = randn(&mut r, tokens * cols, 1.0);
-        let (want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
-        for layout in MATVEC_LAYOUTS {
-            for tile in [1, ops::matvec::PREFILL_TILE] {
-                let sentinel = -3.25f32;
-                let cache = buf_f32(&ctx, &vec![sentinel; cache_rows * rows]);
-                let s = step(&ctx, tokens as u32, pos0 as u32);
-                let ds = ops::matvec::matvec_with(
-                    &ctx,
-                    layout,
-                    &w,
-                    &buf_f32(&ctx, &x),
-                    &cache,
-                    rows as u32,
-                    &s,
-                    tile,
-                    false,
-                    true,
-                )
-                .unwrap();
-                run(&ctx, &ds, tokens as u32);
-                let got = read(&ctx, &cache, cache_rows * rows);
-                for (i, &g) in got.iter().enumerate() {
-                    let (row, j) = (i / rows, i % rows);
-                    let what = format!("{ty:?} {layout:?} tile {tile}: cache row {row} col {j}");
-                    if (pos0..pos0 + tokens).contains(&row) {
-                        let k = (row - pos0) * rows + j;
-                        let err = (g as f64 - want[k]).abs();
-                        assert!(err <= 1e-5 * mag[k] + 1e-6, "{what}: {g} want {}", want[k]);
-                    } else {
-                        assert_eq!(g, sentinel, "{what} was overwritten");
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// K/V of a batched step straight into a cache of 3 sequence slots: token t writes row
-/// slot · context + position of its own sequence (`SLOT_TOKENS`, interleaved, a partial
-/// second tile); every other row keeps its sentinel. Block and k-quant weights, every layout,
-/// decode and prefill tiles. Tolerance as above (1e-5 of Σ|w·x| + 1e-6).
-#[test]
-fn matvec_into_cache_rows_of_slots() {
-    let ctx = ctx_or_skip!();
-    let mut r = rng();
-    let tokens = SLOT_TOKENS.len();
-    let cache_rows = 3 * SLOT_CONTEXT as usize;
-    let s = step_of(&ctx, Step::batch(&SLOT_TOKENS, SLOT_CONTEXT));
-    let mut worst = 0f64;
-    for ty in [GgmlType::Q4_1, GgmlType::Q4K] {
-        let (rows, cols) = (45usize, test_cols(ty, 5, 1));
-        let (bytes, wd) = random_weight(&mut r, ty, rows, cols);
-        let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, None).unwrap();
-        let x = randn(&mut r, tokens * cols, 1.0);
-        let (want, mag) = matvec_reference(&wd, &x, rows, cols, tokens);
-        for layout in MATVEC_LAYOUTS {
-            for tile in [1, ops::matvec::PREFILL_TILE] {
-                let sentinel = -3.25f32;
-                let cache = buf_f32(&ctx, &vec![sentinel; cache_rows * rows]);
-                let ds = ops::matvec::matvec_with(
-                    &ctx,
-                    layout,
-                    &w,
-                    &buf_f32(&ctx, &x),
-                    &cache,
-                    rows as u32,
-                    &s,
-                    tile,
-                    false,
-                    true,
-                )
-                .unwrap();
-                run(&ctx, &ds, tokens as u32);
-                let got = read(&ctx, &cache, cache_rows * rows);
-                for (i, &g) in got.iter().enumerate() {
-                    let (row, j) = (i / rows, i % rows);
-                    let what = format!("{ty:?} {layout:?} tile {tile}: cache row {row} col {j}");
-                    match slot_token_at(row) {
-                        Some(t) => {
-                            let k = t * rows + j;
-                            let err = (g as f64 - want[k]).abs();
-                            let bound = 1e-5 * mag[k] + 1e-6;
-                            assert!(err <= bound, "{what} (token {t}): {g} want {}", want[k]);
-                            worst = worst.max(err / bound);
-                        }
-                        None => assert_eq!(g, sentinel, "{what} was overwritten"),
-                    }
-                }
-            }
-        }
-    }
-    eprintln!("matvec into cache rows of slots: max error {worst:.2} of the bound");
-}
-
 /// Shapes the kernels cannot run are typed errors, not panics or garbage: columns that are
 /// not whole 8-weight units (at upload), y rows narrower than W, a tile of 0 tokens.
 #[test]
@@ -462,8 +383,7 @@ fn matvec_rejects_bad_shapes() {
     let s = step(&ctx, 1, 0);
     for layout in MATVEC_LAYOUTS {
         for (stride, tile) in [(2, 1), (3, 0)] {
-            let ds =
-                ops::matvec::matvec_with(&ctx, layout, &w, &x, &x, stride, &s, tile, false, false);
+            let ds = ops::matvec::matvec_with(&ctx, layout, &w, &x, &x, stride, &s, tile, false);
             let e = ds
                 .err()
                 .unwrap_or_else(|| panic!("{layout:?} stride {stride} tile {tile} accepted"));
@@ -543,7 +463,6 @@ fn rms_norm_matches_reference() {
                 n,
                 groups,
                 eps,
-                false,
                 &s,
             )
             .unwrap()],
@@ -558,96 +477,6 @@ fn rms_norm_matches_reference() {
             &format!("rms_norm rstd n={n} groups={groups}"),
         );
     }
-}
-
-/// Per-head RMSNorm written into a cache at rows pos0.. (Qwen3's K norm): rows before pos0
-/// and after the step keep their sentinel. Tolerance 1e-5 relative.
-#[test]
-fn rms_norm_into_cache_matches_reference() {
-    let ctx = ctx_or_skip!();
-    let mut r = rng();
-    let (n, groups, tokens, pos0, rows) = (32u32, 3u32, 4u32, 5u32, 12u32);
-    let x = randn(&mut r, (tokens * groups * n) as usize, 3.0);
-    let w = randn(&mut r, n as usize, 2.0);
-    let row = (groups * n) as usize;
-    let sentinel = 7.5f32;
-    let cache = buf_f32(&ctx, &vec![sentinel; rows as usize * row]);
-    let s = step(&ctx, tokens, pos0);
-    let eps = 1e-6;
-    run(
-        &ctx,
-        &[ops::rms_norm::rms_norm_to_cache(
-            &ctx,
-            &buf_f32(&ctx, &x),
-            &buf_f32(&ctx, &w),
-            &cache,
-            n,
-            groups,
-            eps,
-            &s,
-        )
-        .unwrap()],
-        tokens,
-    );
-    let got = read(&ctx, &cache, rows as usize * row);
-    let mut want = vec![sentinel as f64; rows as usize * row];
-    for (i, xs) in x.chunks_exact(n as usize).enumerate() {
-        let ms = xs.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
-        let sc = 1.0 / (ms + eps as f64).sqrt();
-        let out = pos0 as usize * row + i * n as usize;
-        for j in 0..n as usize {
-            want[out + j] = xs[j] as f64 * sc * w[j] as f64;
-        }
-    }
-    assert_close(&got, &want, 1e-5, 1e-4, "rms_norm into cache rows");
-}
-
-/// Per-head RMSNorm of a batched step written into a cache of 3 sequence slots: token t's
-/// heads land in row slot · context + position of its own sequence (`SLOT_TOKENS`); the other
-/// rows keep their sentinel. Tolerance 1e-5 relative.
-#[test]
-fn rms_norm_into_cache_rows_of_slots() {
-    let ctx = ctx_or_skip!();
-    let mut r = rng();
-    let (n, groups) = (32u32, 3u32);
-    let tokens = SLOT_TOKENS.len() as u32;
-    let rows = 3 * SLOT_CONTEXT as usize;
-    let x = randn(&mut r, (tokens * groups * n) as usize, 3.0);
-    let w = randn(&mut r, n as usize, 2.0);
-    let row = (groups * n) as usize;
-    let sentinel = 7.5f32;
-    let cache = buf_f32(&ctx, &vec![sentinel; rows * row]);
-    let s = step_of(&ctx, Step::batch(&SLOT_TOKENS, SLOT_CONTEXT));
-    let eps = 1e-6;
-    run(
-        &ctx,
-        &[ops::rms_norm::rms_norm_to_cache(
-            &ctx,
-            &buf_f32(&ctx, &x),
-            &buf_f32(&ctx, &w),
-            &cache,
-            n,
-            groups,
-            eps,
-            &s,
-        )
-        .unwrap()],
-        tokens,
-    );
-    let got = read(&ctx, &cache, rows * row);
-    let mut want = vec![sentinel as f64; rows * row];
-    for (i, xs) in x.chunks_exact(n as usize).enumerate() {
-        let (t, g) = (i / groups as usize, i % groups as usize);
-        let (slot, pos) = SLOT_TOKENS[t];
-        let ms = xs.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
-        let sc = 1.0 / (ms + eps as f64).sqrt();
-        let out = (slot * SLOT_CONTEXT + pos) as usize * row + g * n as usize;
-        for j in 0..n as usize {
-            want[out + j] = xs[j] as f64 * sc * w[j] as f64;
-        }
-    }
-    let worst = assert_close(&got, &want, 1e-5, 1e-4, "rms_norm into cache rows of slots");
-    eprintln!("rms_norm into cache rows of slots: max rel err {worst:.2e}");
 }
 
 /// x rotated in f64 at the given (row of x, position) pairs; other rows as they were.
@@ -679,20 +508,19 @@ fn rope_reference(
     want
 }
 
-/// RoPE, both pair layouts, partial rotation, nonzero start position, and in-cache rows.
+/// RoPE, both pair layouts, partial rotation, nonzero start position.
 /// Tolerance 2e-5 absolute on unit-scale inputs (f32 sin/cos of angles up to ~300 rad).
 #[test]
 fn rope_matches_reference() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
-    for &(mode, heads, hd, n_rot, pos0, tokens, in_cache) in &[
-        (RopeMode::Interleaved, 3u32, 64u32, 64u32, 0u32, 7u32, false),
-        (RopeMode::Interleaved, 2, 40, 40, 290, 3, true),
-        (RopeMode::Neox, 5, 64, 16, 17, 4, false),
-        (RopeMode::Neox, 2, 256, 64, 100, 2, true),
+    for &(mode, heads, hd, n_rot, pos0, tokens) in &[
+        (RopeMode::Interleaved, 3u32, 64u32, 64u32, 0u32, 7u32),
+        (RopeMode::Interleaved, 2, 40, 40, 290, 3),
+        (RopeMode::Neox, 5, 64, 16, 17, 4),
+        (RopeMode::Neox, 2, 256, 64, 100, 2),
     ] {
-        let rows = if in_cache { pos0 + tokens } else { tokens };
-        let len = (rows * heads * hd) as usize;
+        let len = (tokens * heads * hd) as usize;
         let x = randn(&mut r, len, 1.0);
         let xb = buf_f32(&ctx, &x);
         let base = 10_000.0f64;
@@ -708,16 +536,13 @@ fn rope_matches_reference() {
                 hd,
                 n_rot,
                 mode,
-                in_cache,
                 &s,
             )
             .unwrap()],
             tokens,
         );
         let got = read(&ctx, &xb, len);
-        let rows_at: Vec<(u32, u32)> = (0..tokens)
-            .map(|t| (if in_cache { pos0 + t } else { t }, pos0 + t))
-            .collect();
+        let rows_at: Vec<(u32, u32)> = (0..tokens).map(|t| (t, pos0 + t)).collect();
         let want = rope_reference(&x, &rows_at, heads, hd, n_rot, mode, base);
         for i in 0..len {
             let err = (got[i] as f64 - want[i]).abs();
@@ -732,10 +557,8 @@ fn rope_matches_reference() {
 }
 
 /// RoPE of a batched step, each token at its own position (tokens of three sequences,
-/// interleaved, positions 0 to 291 in no order): in place on the step's rows, and in a cache of
-/// 3 slots × 300 rows where token t rotates row slot · 300 + position of its own sequence and
-/// every other row stays as it was. Both pair layouts, partial rotation. Tolerance as above
-/// (2e-4 absolute).
+/// interleaved, positions 0 to 291 in no order), in place on the step's rows. Both pair
+/// layouts, partial rotation. Tolerance as above (2e-4 absolute).
 #[test]
 fn rope_per_token_positions_match_reference() {
     let ctx = ctx_or_skip!();
@@ -756,14 +579,13 @@ fn rope_per_token_positions_match_reference() {
     let s = step_of(&ctx, Step::batch(&tokens_at, context));
     let base = 10_000.0f64;
     let mut worst = 0f64;
-    for &(mode, heads, hd, n_rot, in_cache) in &[
-        (RopeMode::Interleaved, 3u32, 64u32, 64u32, false),
-        (RopeMode::Interleaved, 2, 40, 40, true),
-        (RopeMode::Neox, 5, 64, 16, false),
-        (RopeMode::Neox, 2, 256, 64, true),
+    for &(mode, heads, hd, n_rot) in &[
+        (RopeMode::Interleaved, 3u32, 64u32, 64u32),
+        (RopeMode::Interleaved, 2, 40, 40),
+        (RopeMode::Neox, 5, 64, 16),
+        (RopeMode::Neox, 2, 256, 64),
     ] {
-        let rows = if in_cache { 3 * context } else { tokens };
-        let len = (rows * heads * hd) as usize;
+        let len = (tokens * heads * hd) as usize;
         let x = randn(&mut r, len, 1.0);
         let xb = buf_f32(&ctx, &x);
         let freqs = ops::rope::frequencies(base, n_rot);
@@ -777,7 +599,6 @@ fn rope_per_token_positions_match_reference() {
                 hd,
                 n_rot,
                 mode,
-                in_cache,
                 &s,
             )
             .unwrap()],
@@ -786,14 +607,14 @@ fn rope_per_token_positions_match_reference() {
         let got = read(&ctx, &xb, len);
         let rows_at: Vec<(u32, u32)> = (0..tokens)
             .zip(tokens_at)
-            .map(|(t, (slot, pos))| (if in_cache { slot * context + pos } else { t }, pos))
+            .map(|(t, (_, pos))| (t, pos))
             .collect();
         let want = rope_reference(&x, &rows_at, heads, hd, n_rot, mode, base);
         for i in 0..len {
             let err = (got[i] as f64 - want[i]).abs();
             assert!(
                 err < 2e-4,
-                "rope per token {mode:?} hd={hd} n_rot={n_rot} in cache {in_cache}: x[{i}] (row {}) {} vs {} (err {err:.1e})",
+                "rope per token {mode:?} hd={hd} n_rot={n_rot}: x[{i}] (row {}) {} vs {} (err {err:.1e})",
                 i / (heads * hd) as usize,
                 got[i],
                 want[i]
@@ -803,6 +624,85 @@ fn rope_per_token_positions_match_reference() {
     }
     eprintln!("rope per-token positions: max abs err {worst:.2e}");
 }
+
+/// `rope_store`: a batched step's K rows rotated and its V rows as they are, into caches of 3
+/// sequence slots at each token's own row (`SLOT_TOKENS`), both pair layouts with partial
+/// rotation, f32 and f16 caches; every other row keeps its sentinel. Tolerance: 2e-4
+/// absolute (the rotation, as above) plus, for f16, half a unit in the last place (2^-11 of
+/// the value).
+#[test]
+fn rope_store_writes_cache_rows() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let tokens = SLOT_TOKENS.len();
+    let cache_rows = 3 * SLOT_CONTEXT as usize;
+    let s = step_of(&ctx, Step::batch(&SLOT_TOKENS, SLOT_CONTEXT));
+    let base = 10_000.0f64;
+    let rows_at: Vec<(u32, u32)> = (0..tokens as u32)
+        .zip(SLOT_TOKENS)
+        .map(|(t, (_, pos))| (t, pos))
+        .collect();
+    for &(mode, heads, hd, n_rot) in &[
+        (RopeMode::Interleaved, 2u32, 40u32, 40u32),
+        (RopeMode::Neox, 2, 64, 16),
+        (RopeMode::Neox, 1, 256, 64),
+    ] {
+        let width = (heads * hd) as usize;
+        let k = randn(&mut r, tokens * width, 1.0);
+        let v = randn(&mut r, tokens * width, 1.0);
+        let freqs = ops::rope::frequencies(base, n_rot);
+        let want_k = rope_reference(&k, &rows_at, heads, hd, n_rot, mode, base);
+        let want_v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+        for dtype in KV_TYPES {
+            // Exact in f16 too.
+            let sentinel = -3.25f32;
+            let (kc, _) = kv_buf(&ctx, &vec![sentinel; cache_rows * width], dtype);
+            let (vc, _) = kv_buf(&ctx, &vec![sentinel; cache_rows * width], dtype);
+            let d = ops::rope::rope_store(
+                &ctx,
+                [&buf_f32(&ctx, &k), &buf_f32(&ctx, &v)],
+                &buf_f32(&ctx, &freqs),
+                [&kc, &vc],
+                dtype,
+                [heads, hd, n_rot],
+                mode,
+                &s,
+            )
+            .unwrap();
+            run(&ctx, &[d], tokens as u32);
+            let rel = if dtype == DType::F16 {
+                1.0 / 2048.0
+            } else {
+                0.0
+            };
+            for (name, cache, want) in [("k", &kc, &want_k), ("v", &vc, &want_v)] {
+                let got = read_kv(&ctx, cache, cache_rows * width, dtype);
+                for (i, &g) in got.iter().enumerate() {
+                    let (row, j) = (i / width, i % width);
+                    let what = format!(
+                        "rope_store {mode:?} hd {hd} n_rot {n_rot} {dtype} cache: {name} row {row} col {j}"
+                    );
+                    match slot_token_at(row) {
+                        Some(t) => {
+                            let w = want[t * width + j];
+                            let err = (g as f64 - w).abs();
+                            assert!(err <= 2e-4 + rel * w.abs(), "{what}: {g} want {w}");
+                        }
+                        None => assert_eq!(g, sentinel, "{what} was overwritten"),
+                    }
+                }
+            }
+        }
+    }
+}
+
+const ATTENTION_LAYOUTS: [AttentionLayout; 3] = [
+    AttentionLayout::PerThread { subgroups: true },
+    AttentionLayout::PerThread { subgroups: false },
+    AttentionLayout::PerWorkgroup,
+];
+
+const KV_TYPES: [DType; 2] = [DType::F32, DType::F16];
 
 /// f64 GQA: token t, at position pos of the sequence whose cache rows start at `first`
 /// (`seen[t]` = (first, pos)), attends over cache rows first ..= first + pos. Returns the
@@ -852,7 +752,8 @@ fn attention_reference(
 /// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
 /// partial 8-token tiles, steps of 1 to 7 tokens deep into the cache (the per-thread
 /// layout's positions split over lanes, some lanes seeing fewer positions than others), every
-/// layout (the per-thread one falls back for head dim 42). Tolerance: 1e-4 of |want| + 0.01.
+/// layout (the per-thread one falls back for head dim 42), f32 and f16 caches (the reference
+/// computes with the f16-rounded values the cache holds). Tolerance: 1e-4 of |want| + 0.01.
 #[test]
 fn attention_matches_reference() {
     let ctx = ctx_or_skip!();
@@ -879,14 +780,14 @@ fn attention_matches_reference() {
             .unwrap();
         let scale = 1.0 / (hd as f32).sqrt();
         let s = step(&ctx, tokens, pos0);
-        let (qb, kb, vb) = (buf_f32(&ctx, &q), buf_f32(&ctx, &k), buf_f32(&ctx, &v));
-        for layout in [
-            AttentionLayout::PerThread { subgroups: true },
-            AttentionLayout::PerThread { subgroups: false },
-            AttentionLayout::PerWorkgroup,
-        ] {
+        let qb = buf_f32(&ctx, &q);
+        for (dtype, layout) in KV_TYPES
+            .into_iter()
+            .flat_map(|d| ATTENTION_LAYOUTS.map(|l| (d, l)))
+        {
+            let ((kb, k), (vb, v)) = (kv_buf(&ctx, &k, dtype), kv_buf(&ctx, &v, dtype));
             let d = ops::attention::attention(
-                &ctx, layout, &qb, &kb, &vb, &out, n_head, n_kv, hd, scale, &s,
+                &ctx, layout, &qb, &kb, &vb, dtype, &out, n_head, n_kv, hd, scale, &s,
             )
             .unwrap();
             run(&ctx, &[d], tokens);
@@ -896,7 +797,7 @@ fn attention_matches_reference() {
                 .collect();
             let (want, want_lse) = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
             let what = format!(
-                "attention {layout:?} heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
+                "attention {layout:?} {dtype} cache, heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
             );
             assert_close(&got, &want, 1e-4, 1e-2, &what);
             // The training form also keeps each (token, head)'s log-sum-exp; out is the same.
@@ -916,6 +817,7 @@ fn attention_matches_reference() {
                 &qb,
                 &kb,
                 &vb,
+                dtype,
                 &out2,
                 Some(&lse),
                 n_head,
@@ -945,8 +847,8 @@ fn attention_matches_reference() {
 /// lanes read their own rows; positions 0 and 99, the cache's last row, among them); a run of 8
 /// tokens of slot 2 (one workgroup shares its rows) then a mixed tail; and 11 tokens of the
 /// sequence in slot 1 from position 60 (`Step::for_sequence`, a prefill in a slot past the
-/// first). Every layout, head dims 64, 40 and 128 with grouped and plain heads. Tolerance as
-/// above (1e-4 of |want| + 0.01).
+/// first). Every layout, f32 and f16 caches, head dims 64, 40 and 128 with grouped and plain
+/// heads. Tolerance as above (1e-4 of |want| + 0.01).
 #[test]
 fn attention_batched_sequences_match_reference() {
     let ctx = ctx_or_skip!();
@@ -983,12 +885,14 @@ fn attention_batched_sequences_match_reference() {
         ("slot 1 prefill", Step::for_sequence(11, 60, 1, context)),
     ];
     let mut worst = 0f64;
-    for &(n_head, n_kv, hd) in &[(6u32, 2u32, 64u32), (4, 4, 40), (2, 1, 128)] {
+    for (&(n_head, n_kv, hd), dtype) in [(6u32, 2u32, 64u32), (4, 4, 40), (2, 1, 128)]
+        .iter()
+        .flat_map(|s| KV_TYPES.map(|d| (s, d)))
+    {
         let (hd_, nkv, nh) = (hd as usize, n_kv as usize, n_head as usize);
         let cache_len = 3 * context as usize * nkv * hd_;
-        let k = randn(&mut r, cache_len, 1.0);
-        let v = randn(&mut r, cache_len, 1.0);
-        let (kb, vb) = (buf_f32(&ctx, &k), buf_f32(&ctx, &v));
+        let (kb, k) = kv_buf(&ctx, &randn(&mut r, cache_len, 1.0), dtype);
+        let (vb, v) = kv_buf(&ctx, &randn(&mut r, cache_len, 1.0), dtype);
         let scale = 1.0 / (hd as f32).sqrt();
         for (name, st) in &steps {
             let tokens = st.n_tokens;
@@ -1003,16 +907,12 @@ fn attention_batched_sequences_match_reference() {
                 })
                 .collect();
             let (want, _) = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
-            for layout in [
-                AttentionLayout::PerThread { subgroups: true },
-                AttentionLayout::PerThread { subgroups: false },
-                AttentionLayout::PerWorkgroup,
-            ] {
+            for layout in ATTENTION_LAYOUTS {
                 let out = ctx
                     .storage_buffer("out", q.len() as u64 * 4, wgpu::BufferUsages::empty())
                     .unwrap();
                 let d = ops::attention::attention(
-                    &ctx, layout, &qb, &kb, &vb, &out, n_head, n_kv, hd, scale, &s,
+                    &ctx, layout, &qb, &kb, &vb, dtype, &out, n_head, n_kv, hd, scale, &s,
                 )
                 .unwrap();
                 run(&ctx, &[d], tokens);
@@ -1022,7 +922,9 @@ fn attention_batched_sequences_match_reference() {
                     &want,
                     1e-4,
                     1e-2,
-                    &format!("attention {layout:?} heads {n_head}/{n_kv} hd {hd}: {name}"),
+                    &format!(
+                        "attention {layout:?} {dtype} cache, heads {n_head}/{n_kv} hd {hd}: {name}"
+                    ),
                 );
                 worst = worst.max(err);
             }

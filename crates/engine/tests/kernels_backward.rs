@@ -12,6 +12,7 @@ use lilypad_engine::ops::attention::AttentionLayout;
 use lilypad_engine::ops::matmul::{Operand, TokenDim};
 use lilypad_engine::ops::rms_norm::GateGrad;
 use lilypad_engine::ops::{self, Step, rope::RopeMode};
+use lilypad_engine::tensor::DType;
 use lilypad_engine::weights::GpuWeight;
 use lilypad_gguf::{GgmlType, dequantize, quantize};
 use rand::{Rng, rngs::StdRng};
@@ -23,6 +24,14 @@ fn randn(r: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| (r.random::<f32>() * 2.0 - 1.0) * scale)
         .collect()
+}
+
+/// `v` rounded to f16 where the cache holds f16.
+fn as_kv(v: Vec<f32>, dtype: DType) -> Vec<f32> {
+    match dtype {
+        DType::F32 => v,
+        DType::F16 => v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect(),
+    }
 }
 
 fn f64s(v: &[f32]) -> Vec<f64> {
@@ -931,9 +940,11 @@ fn attention_f64(
 }
 
 /// What attention's backward reads (host copies, f32 as the GPU holds them) and where its
-/// dK/dV start: caches of `ctx_rows` rows per sequence, `step` saying where the queries sit.
+/// dK/dV start: caches of `ctx_rows` rows per sequence of `kv` elements (for f16, k and v
+/// hold f16 values already), `step` saying where the queries sit.
 struct AttentionBackwardCase<'a> {
     shape: (usize, usize, usize),
+    kv: DType,
     scale: f64,
     ctx_rows: usize,
     step: Step,
@@ -958,10 +969,19 @@ impl AttentionBackwardCase<'_> {
             gpu.upload(self.dv_start),
             gpu.zeros(t_n * heads),
         );
+        let upload_kv = |x: &[f32]| match self.kv {
+            DType::F32 => gpu.upload(x),
+            DType::F16 => {
+                let h: Vec<half::f16> = x.iter().map(|&v| half::f16::from_f32(v)).collect();
+                gpu.0
+                    .storage_buffer_init("kv", bytemuck::cast_slice(&h))
+                    .unwrap()
+            }
+        };
         let (bq, bk, bv, bo, blse, bdo) = (
             gpu.upload(self.q),
-            gpu.upload(self.k),
-            gpu.upload(self.v),
+            upload_kv(self.k),
+            upload_kv(self.v),
             gpu.upload(self.o),
             gpu.upload(self.lse),
             gpu.upload(self.d_o),
@@ -970,6 +990,7 @@ impl AttentionBackwardCase<'_> {
             q: &bq,
             k: &bk,
             v: &bv,
+            kv: self.kv,
             o: Some(&bo),
             lse: &blse,
             d_o: &bdo,
@@ -1013,78 +1034,84 @@ fn attention_backward_matches_finite_differences() {
     let shape = (heads, kv_heads, hd);
     let scale = 1.0 / (hd as f64).sqrt();
     let rows = pos0 + t_n;
-    let q = randn(&mut r, t_n * heads * hd, 1.5);
-    let k = randn(&mut r, rows * kv_heads * hd, 1.5);
-    let v = randn(&mut r, rows * kv_heads * hd, 1.0);
-    let d_o = randn(&mut r, t_n * heads * hd, 1.0);
-    let (q64, k64, v64, do64) = (f64s(&q), f64s(&k), f64s(&v), f64s(&d_o));
-    let (out, lse) = attention_f64(&q64, &k64, &v64, shape, pos0, scale);
-    let loss =
-        |q: &[f64], k: &[f64], v: &[f64]| dot(&attention_f64(q, k, v, shape, pos0, scale).0, &do64);
-    let all = |n: usize| (0..n).collect::<Vec<_>>();
-    let fd_q = finite_differences(|q| loss(q, &k64, &v64), &q64, &all(q.len()));
-    let fd_k = finite_differences(|k| loss(&q64, k, &v64), &k64, &all(k.len()));
-    let fd_v = finite_differences(|v| loss(&q64, &k64, v), &v64, &all(v.len()));
+    for dtype in [DType::F32, DType::F16] {
+        let q = randn(&mut r, t_n * heads * hd, 1.5);
+        // An f16 cache holds f16 values: the reference computes with those.
+        let k = as_kv(randn(&mut r, rows * kv_heads * hd, 1.5), dtype);
+        let v = as_kv(randn(&mut r, rows * kv_heads * hd, 1.0), dtype);
+        let d_o = randn(&mut r, t_n * heads * hd, 1.0);
+        let (q64, k64, v64, do64) = (f64s(&q), f64s(&k), f64s(&v), f64s(&d_o));
+        let (out, lse) = attention_f64(&q64, &k64, &v64, shape, pos0, scale);
+        let loss = |q: &[f64], k: &[f64], v: &[f64]| {
+            dot(&attention_f64(q, k, v, shape, pos0, scale).0, &do64)
+        };
+        let all = |n: usize| (0..n).collect::<Vec<_>>();
+        let fd_q = finite_differences(|q| loss(q, &k64, &v64), &q64, &all(q.len()));
+        let fd_k = finite_differences(|k| loss(&q64, k, &v64), &k64, &all(k.len()));
+        let fd_v = finite_differences(|v| loss(&q64, &k64, v), &v64, &all(v.len()));
 
-    // The caches hold slot 0 (random, never read) then this sequence's rows.
-    let row = kv_heads * hd;
-    let cache = |seq: &[f32], r: &mut StdRng| {
-        let mut c = randn(r, 2 * ctx * row, 1.0);
-        c[ctx * row..ctx * row + seq.len()].copy_from_slice(seq);
-        c
-    };
-    let (kc, vc) = (cache(&k, &mut r), cache(&v, &mut r));
-    let (dk_start, dv_start) = (
-        randn(&mut r, 2 * ctx * row, 1.0),
-        randn(&mut r, 2 * ctx * row, 1.0),
-    );
-    let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
-    let (out32, lse32) = (to32(&out), to32(&lse));
-    let case = AttentionBackwardCase {
-        shape,
-        scale,
-        ctx_rows: ctx,
-        step: Step::for_sequence(t_n as u32, pos0 as u32, 1, ctx as u32),
-        q: &q,
-        k: &kc,
-        v: &vc,
-        o: &out32,
-        lse: &lse32,
-        d_o: &d_o,
-        dk_start: &dk_start,
-        dv_start: &dv_start,
-    };
-    for layout in LAYOUTS {
-        let (dq, dk, dv, _) = case.run(&gpu, layout);
-        check_against_differences(
-            &dq,
-            &fd_q,
-            1e-4,
-            0.05,
-            &format!("attention dq ({layout:?})"),
+        // The caches hold slot 0 (random, never read) then this sequence's rows.
+        let row = kv_heads * hd;
+        let cache = |seq: &[f32], r: &mut StdRng| {
+            let mut c = randn(r, 2 * ctx * row, 1.0);
+            c[ctx * row..ctx * row + seq.len()].copy_from_slice(seq);
+            c
+        };
+        let (kc, vc) = (cache(&k, &mut r), cache(&v, &mut r));
+        let (dk_start, dv_start) = (
+            randn(&mut r, 2 * ctx * row, 1.0),
+            randn(&mut r, 2 * ctx * row, 1.0),
         );
-        // dK and dV: this sequence's rows gain the gradient, every other row keeps its start.
-        for (name, got, start, fd) in [("dk", &dk, &dk_start, &fd_k), ("dv", &dv, &dv_start, &fd_v)]
-        {
-            let mine: Vec<f32> = (0..rows * row)
-                .map(|i| got[ctx * row + i] - start[ctx * row + i])
-                .collect();
+        let to32 = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<_>>();
+        let (out32, lse32) = (to32(&out), to32(&lse));
+        let case = AttentionBackwardCase {
+            shape,
+            kv: dtype,
+            scale,
+            ctx_rows: ctx,
+            step: Step::for_sequence(t_n as u32, pos0 as u32, 1, ctx as u32),
+            q: &q,
+            k: &kc,
+            v: &vc,
+            o: &out32,
+            lse: &lse32,
+            d_o: &d_o,
+            dk_start: &dk_start,
+            dv_start: &dv_start,
+        };
+        for layout in LAYOUTS {
+            let (dq, dk, dv, _) = case.run(&gpu, layout);
             check_against_differences(
-                &mine,
-                fd,
+                &dq,
+                &fd_q,
                 1e-4,
                 0.05,
-                &format!("attention {name} ({layout:?})"),
+                &format!("attention dq ({layout:?}, {dtype} cache)"),
             );
-            let untouched =
-                (0..2 * ctx * row).filter(|&i| i < ctx * row || i >= ctx * row + rows * row);
-            for i in untouched {
-                assert_eq!(
-                    got[i],
-                    start[i],
-                    "attention {name} ({layout:?}): row {} was not seen",
-                    i / row
+            // dK and dV: this sequence's rows gain the gradient, every other row keeps its start.
+            for (name, got, start, fd) in
+                [("dk", &dk, &dk_start, &fd_k), ("dv", &dv, &dv_start, &fd_v)]
+            {
+                let mine: Vec<f32> = (0..rows * row)
+                    .map(|i| got[ctx * row + i] - start[ctx * row + i])
+                    .collect();
+                check_against_differences(
+                    &mine,
+                    fd,
+                    1e-4,
+                    0.05,
+                    &format!("attention {name} ({layout:?}, {dtype} cache)"),
                 );
+                let untouched =
+                    (0..2 * ctx * row).filter(|&i| i < ctx * row || i >= ctx * row + rows * row);
+                for i in untouched {
+                    assert_eq!(
+                        got[i],
+                        start[i],
+                        "attention {name} ({layout:?}): row {} was not seen",
+                        i / row
+                    );
+                }
             }
         }
     }
@@ -1164,6 +1191,7 @@ fn gated_attention_backward_matches_finite_differences() {
             q: &bq,
             k: &bk,
             v: &bv,
+            kv: DType::F32,
             o: None,
             lse: &blse,
             d_o: &bd,
@@ -1681,6 +1709,7 @@ fn attention_backward_covers_long_contexts() {
     let zeros = vec![0f32; k.len()];
     let case = AttentionBackwardCase {
         shape,
+        kv: DType::F32,
         scale,
         ctx_rows: rows,
         step: Step::new(t_n as u32, pos0 as u32),

@@ -783,7 +783,7 @@ fn gated_attention_extras_match_reference() {
         let ds = [
             heads.split_query(ctx, &qgb, &q, &s).unwrap(),
             ops::rms_norm::rms_norm(ctx, &q, &gpu.upload(&w), &qn, d, nh, eps, &s).unwrap(),
-            ops::rope::rope(ctx, &qn, &freqs, nh, d, n_rot, RopeMode::Neox, false, &s).unwrap(),
+            ops::rope::rope(ctx, &qn, &freqs, nh, d, n_rot, RopeMode::Neox, &s).unwrap(),
         ];
         gpu.run(&ds, tokens);
         let query = |t: usize, h: usize| &qg[(t * n_head + h) * 2 * hd..][..hd];

@@ -3,7 +3,7 @@
 //! unit-tested natively.
 
 use lilypad_engine::models::ModelConfig;
-use lilypad_engine::{AdapterSummary, GpuContext, Model};
+use lilypad_engine::{AdapterSummary, DType, GpuContext, Model, ModelOptions};
 use lilypad_lm::{Completion, FinishReason, Message, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,6 +21,17 @@ pub struct LoadOptions {
     pub context: Option<u32>,
     /// Cap on one weight buffer, below the adapter's binding limit (tests force splitting).
     pub max_chunk_bytes: Option<u64>,
+    /// The KV cache's element type, "f16" (the default) or "f32".
+    pub kv_cache: Option<String>,
+}
+
+impl LoadOptions {
+    pub fn kv_cache(&self) -> Result<DType, WebError> {
+        match &self.kv_cache {
+            None => Ok(ModelOptions::default().kv_cache),
+            Some(s) => s.parse().map_err(WebError::request),
+        }
+    }
 }
 
 /// The sampling and length fields shared by chat and raw completions.
@@ -240,6 +251,8 @@ pub struct ModelInfo {
     /// GPU memory: weights, KV cache, activations.
     pub gpu_weights_bytes: u64,
     pub gpu_kv_cache_bytes: u64,
+    /// The KV cache's element type ("f16" or "f32").
+    pub kv_cache: &'static str,
     pub gpu_activation_bytes: u64,
 }
 
@@ -259,6 +272,7 @@ impl ModelInfo {
             file_bytes,
             gpu_weights_bytes: model.plan.weights,
             gpu_kv_cache_bytes: model.plan.kv_cache,
+            kv_cache: model.kv_cache.name(),
             gpu_activation_bytes: model.plan.activations,
         }
     }

@@ -189,6 +189,7 @@ pub async fn load_engine(
     let opts = ModelOptions {
         context: options.context,
         max_chunk_bytes: options.max_chunk_bytes,
+        kv_cache: options.kv_cache()?,
         ..Default::default()
     };
     let mut model = Model::load(gpu.clone(), &file, &src, &opts, &mut report)

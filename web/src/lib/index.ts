@@ -175,6 +175,8 @@ export interface EngineInfo {
     file_bytes: number;
     gpu_weights_bytes: number;
     gpu_kv_cache_bytes: number;
+    /** The KV cache's element type. */
+    kv_cache: 'f16' | 'f32';
     gpu_activation_bytes: number;
   };
   /** The LoRA adapter in use, or null. */

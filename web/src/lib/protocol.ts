@@ -31,6 +31,8 @@ export interface LoadOptions {
   context?: number;
   /** Cap on one weight buffer in bytes (below the adapter's binding limit). */
   maxChunkBytes?: number;
+  /** The KV cache's element type: 'f16' (the default) halves its memory, 'f32' keeps every bit. */
+  kvCache?: 'f16' | 'f32';
   /** Bytes per HTTP Range request while downloading. */
   downloadChunkBytes?: number;
 }

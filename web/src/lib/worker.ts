@@ -76,7 +76,7 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
     engine = await loadEngine(
       reader,
       name,
-      { context: options.context, max_chunk_bytes: options.maxChunkBytes },
+      { context: options.context, max_chunk_bytes: options.maxChunkBytes, kv_cache: options.kvCache },
       (p: { tensor: string; tensors_done: number; tensors_total: number; bytes_done: number; bytes_total: number }) =>
         progress({
           phase: 'upload',

@@ -199,7 +199,7 @@ async function showInfo(e: Engine) {
     ['Max storage binding', mib(adapter.max_storage_buffer_binding_size)],
     ['Model', `${model.name}: ${model.architecture}, ${model.layers} layers, ${(model.parameters / 1e6).toFixed(0)}M parameters`],
     ['Context', `${model.context} tokens`],
-    ['GPU memory', `${mib(model.gpu_weights_bytes)} weights, ${mib(model.gpu_kv_cache_bytes)} KV cache, ${mib(model.gpu_activation_bytes)} activations`],
+    ['GPU memory', `${mib(model.gpu_weights_bytes)} weights, ${mib(model.gpu_kv_cache_bytes)} KV cache (${model.kv_cache}), ${mib(model.gpu_activation_bytes)} activations`],
     ['LoRA adapter', describeLora(lora)],
   ];
   ui.info.replaceChildren(

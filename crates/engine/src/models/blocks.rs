@@ -61,6 +61,8 @@ pub(crate) struct Loader<'a> {
     max_chunk_bytes: Option<u64>,
     /// Sequence slots: per-sequence state buffers hold this many sequences.
     pub sequences: u32,
+    /// The KV caches' element type.
+    pub kv_cache: DType,
     done: Cell<u64>,
     total: u64,
     progress: RefCell<&'a mut dyn FnMut(LoadProgress)>,
@@ -81,6 +83,7 @@ impl<'a> Loader<'a> {
             src,
             max_chunk_bytes,
             sequences: 1,
+            kv_cache: DType::F32,
             done: Cell::new(0),
             total,
             progress: RefCell::new(progress),
@@ -99,6 +102,11 @@ impl<'a> Loader<'a> {
     /// Per-sequence state for `n` sequence slots.
     pub fn with_sequences(mut self, n: u32) -> Self {
         self.sequences = n.max(1);
+        self
+    }
+
+    pub fn with_kv_cache(mut self, dtype: DType) -> Self {
+        self.kv_cache = dtype;
         self
     }
 
@@ -230,7 +238,7 @@ impl Attention {
         let n = |name: &str| format!("blk.{blk}.{name}.weight");
         // One block of `context` rows per sequence slot.
         let rows = l.sequences * context;
-        let cache = |label| Tensor::zeros(l.ctx, label, [rows, s.kv_dim()]);
+        let cache = |label| Tensor::zeros_of(l.ctx, label, [rows, s.kv_dim()], l.kv_cache);
         Ok(Self {
             norm: l.small(&n("attn_norm"), "attn_norm")?,
             wq: l.linear(&n("attn_q"))?,
@@ -256,7 +264,7 @@ impl Attention {
 
     /// The K and V caches: one row of kv_dim values per position, `context` rows per slot.
     pub(crate) fn state(&self, s: &AttentionShape, context: u32) -> Vec<StateBuffer> {
-        let row = s.kv_dim() as u64 * 4;
+        let row = s.kv_dim() as u64 * self.k_cache.dtype.size();
         [&self.k_cache, &self.v_cache]
             .map(|b| StateBuffer {
                 buffer: b.buffer.clone(),
@@ -323,6 +331,7 @@ impl Attention {
             q: &a.q.buffer,
             k: &self.k_cache.buffer,
             v: &self.v_cache.buffer,
+            kv: self.k_cache.dtype,
             o: gated.is_none().then_some(&a.att.buffer),
             lse: &lse.buffer,
             d_o: &b.d_att.buffer,
@@ -455,21 +464,13 @@ impl Attention {
                     }
                     None => g.matvec(&self.wq, xn, q_raw, Write::Set)?,
                 }
-                g.rms_norm(q_raw, q_norm, None, &a.q, q_rstd, s.eps, Write::Set)?;
+                g.rms_norm(q_raw, q_norm, None, &a.q, q_rstd, s.eps)?;
                 g.matvec(&self.wk, xn, k_raw, Write::Set)?;
-                g.rms_norm(
-                    k_raw,
-                    k_norm,
-                    None,
-                    &self.k_cache,
-                    k_rstd,
-                    s.eps,
-                    Write::Cache,
-                )?;
+                g.rms_norm(k_raw, k_norm, None, &a.k, k_rstd, s.eps)?;
             }
             (None, _) => {
                 g.matvec(&self.wq, xn, &a.q, Write::Set)?;
-                g.matvec(&self.wk, xn, &self.k_cache, Write::Cache)?;
+                g.matvec(&self.wk, xn, &a.k, Write::Set)?;
             }
             (Some(_), None) => {
                 return Err(EngineError::Config(
@@ -477,9 +478,16 @@ impl Attention {
                 ));
             }
         }
-        g.matvec(&self.wv, xn, &self.v_cache, Write::Cache)?;
-        g.rope(&a.q, freqs, s.head_dim, s.n_rot, s.rope, false)?;
-        g.rope(&self.k_cache, freqs, s.head_dim, s.n_rot, s.rope, true)?;
+        g.matvec(&self.wv, xn, &a.v, Write::Set)?;
+        g.rope(&a.q, freqs, s.head_dim, s.n_rot, s.rope)?;
+        g.rope_store(
+            (&a.k, &a.v),
+            freqs,
+            (&self.k_cache, &self.v_cache),
+            s.head_dim,
+            s.n_rot,
+            s.rope,
+        )?;
         g.attention(
             &a.q,
             &self.k_cache,
@@ -585,21 +593,12 @@ pub fn record_layer(
         &l.mixer_in,
         l.mixer_rstd.as_ref(),
         eps,
-        Write::Set,
     )?;
     mixer(g)?;
     if let Some(x_mid) = &l.x_mid {
         g.copy(&l.x, x_mid)?;
     }
-    g.rms_norm(
-        &l.x,
-        &mlp.norm,
-        None,
-        &l.mlp_in,
-        l.mlp_rstd.as_ref(),
-        eps,
-        Write::Set,
-    )?;
+    g.rms_norm(&l.x, &mlp.norm, None, &l.mlp_in, l.mlp_rstd.as_ref(), eps)?;
     mlp.record(g, l)
 }
 

@@ -175,12 +175,18 @@ impl LlamaConfig {
 
 impl LlamaConfig {
     /// The plan at `context` positions and `max_batch`-token steps.
-    pub fn memory_plan(&self, file: &GgufFile, context: u32, max_batch: u32) -> MemoryPlan {
+    pub fn memory_plan(
+        &self,
+        file: &GgufFile,
+        context: u32,
+        max_batch: u32,
+        kv: DType,
+    ) -> MemoryPlan {
         let mut plan = MemoryPlan {
             weights: super::weight_bytes(file, &self.tensor_shapes()),
             ..Default::default()
         };
-        let kv_layer = context as u64 * self.kv_dim() as u64 * 4;
+        let kv_layer = context as u64 * self.kv_dim() as u64 * kv.size();
         plan.kv_cache = 2 * self.n_layer as u64 * kv_layer;
         plan.kv_layer = kv_layer;
         let b = max_batch as u64;

@@ -16,12 +16,12 @@ use lilypad_gguf::GgufFile;
 use crate::activations::{ActivationShape, ActivationStore, LayerActivations};
 use crate::backward::{BackwardBuffers, StepPosition};
 use crate::error::{EngineError, Result};
-use crate::graph::{Graph, GraphIo, Write};
+use crate::graph::{Graph, GraphIo};
 use crate::kernels::Dispatch;
 use crate::linear::Linear;
 use crate::model::MemoryPlan;
 use crate::state::StateBuffer;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use crate::weights::GpuWeight;
 
 /// Every architecture the engine runs (GGUF `general.architecture`).
@@ -87,7 +87,6 @@ pub(crate) fn record_forward(
         &store.hidden,
         store.hidden_rstd.as_ref(),
         arch.eps(),
-        Write::Set,
     )?;
     Ok(g.dispatches)
 }
@@ -179,18 +178,20 @@ impl ModelConfig {
             .collect()
     }
 
-    /// What the model will occupy on the GPU at `context` positions and `max_batch`-token
-    /// steps (`mtp`: with Qwen3.5's multi-token-prediction layers uploaded).
+    /// What the model will occupy on the GPU at `context` positions, `max_batch`-token
+    /// steps and a KV cache of `kv` elements (`mtp`: with Qwen3.5's multi-token-prediction
+    /// layers uploaded).
     pub fn memory_plan(
         &self,
         file: &GgufFile,
         context: u32,
         max_batch: u32,
+        kv: DType,
         mtp: bool,
     ) -> MemoryPlan {
         match self {
-            Self::Llama(c) => c.memory_plan(file, context, max_batch),
-            Self::Qwen35(c) => c.memory_plan(file, context, max_batch, mtp),
+            Self::Llama(c) => c.memory_plan(file, context, max_batch, kv),
+            Self::Qwen35(c) => c.memory_plan(file, context, max_batch, kv, mtp),
         }
     }
 

@@ -34,7 +34,7 @@ use crate::ops::{
     rope::RopeMode,
 };
 use crate::state::StateBuffer;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 use crate::weights::GpuWeight;
 
 pub const ARCH: &str = "qwen35";
@@ -272,6 +272,7 @@ impl Qwen35Config {
         file: &GgufFile,
         context: u32,
         max_batch: u32,
+        kv: DType,
         mtp: bool,
     ) -> MemoryPlan {
         let mut shapes = self.tensor_shapes();
@@ -283,7 +284,7 @@ impl Qwen35Config {
             ..Default::default()
         };
         let attention = self.attention();
-        let kv_layer = context as u64 * attention.kv_dim() as u64 * 4;
+        let kv_layer = context as u64 * attention.kv_dim() as u64 * kv.size();
         let n_attention =
             self.n_attention_layers() as u64 + if mtp { self.n_mtp as u64 } else { 0 };
         plan.kv_cache = 2 * n_attention * kv_layer;
@@ -536,7 +537,6 @@ impl DeltaNet {
             &d.o_normed,
             d.o_rstd.as_ref(),
             cfg.rms_eps,
-            Write::Set,
         )?;
         g.matvec(&self.out, &d.o_normed, &l.x, Write::Add)
     }

@@ -3,6 +3,7 @@ use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::matvec::MatvecLayout;
 use crate::ops::{bind, params};
+use crate::tensor::DType;
 
 const WG: u32 = 64;
 /// Tokens per workgroup of the per-thread layout (`shaders/attention.wgsl`).
@@ -36,8 +37,8 @@ impl AttentionLayout {
 }
 
 /// Causal GQA: out[t, h] = softmax(q[t, h] · K[..=pos0+t, h / group] · scale) · V.
-/// q, out: [T, n_head, head_dim]; k, v: one layer's cache [ctx, n_kv, head_dim].
-/// The per-thread layout needs head_dim % 4 == 0 (vec4 rows) and at most
+/// q, out: [T, n_head, head_dim]; k, v: one layer's cache [ctx, n_kv, head_dim] of `kv`
+/// elements (f32, or f16 in packed pairs). The per-thread layout needs head_dim % 4 == 0 (vec4 rows) and at most
 /// `PER_THREAD_MAX_DIM`; other head dims fall back to the workgroup layout.
 pub fn attention(
     ctx: &GpuContext,
@@ -45,6 +46,7 @@ pub fn attention(
     q: &wgpu::Buffer,
     k: &wgpu::Buffer,
     v: &wgpu::Buffer,
+    kv: DType,
     out: &wgpu::Buffer,
     n_head: u32,
     n_kv: u32,
@@ -53,7 +55,7 @@ pub fn attention(
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     attention_saving(
-        ctx, layout, q, k, v, out, None, n_head, n_kv, head_dim, scale, step,
+        ctx, layout, q, k, v, kv, out, None, n_head, n_kv, head_dim, scale, step,
     )
 }
 
@@ -66,6 +68,7 @@ pub fn attention_saving(
     q: &wgpu::Buffer,
     k: &wgpu::Buffer,
     v: &wgpu::Buffer,
+    kv: DType,
     out: &wgpu::Buffer,
     lse: Option<&wgpu::Buffer>,
     n_head: u32,
@@ -74,7 +77,7 @@ pub fn attention_saving(
     scale: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    if head_dim > 256 || n_kv == 0 || !n_head.is_multiple_of(n_kv) {
+    if head_dim > 256 || n_kv == 0 || !n_head.is_multiple_of(n_kv) || !head_dim.is_multiple_of(2) {
         return Err(EngineError::Shape {
             op: "attention",
             detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
@@ -105,6 +108,7 @@ pub fn attention_saving(
         Some(_) => macros.flag("SAVE_LSE"),
         None => macros,
     };
+    let macros = kv_macro(macros, kv);
     let pipeline = ctx.pipeline("attention.wgsl", "attention", &macros)?;
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
     let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
@@ -140,9 +144,11 @@ pub fn attention_saving(
 pub struct AttentionGrads<'a> {
     /// [T, n_head, head_dim], as the forward read it (after QK-norm and RoPE).
     pub q: &'a wgpu::Buffer,
-    /// The layer's caches [ctx, n_kv, head_dim], holding this step's rows and earlier ones.
+    /// The layer's caches [ctx, n_kv, head_dim], holding this step's rows and earlier ones,
+    /// and their element type.
     pub k: &'a wgpu::Buffer,
     pub v: &'a wgpu::Buffer,
+    pub kv: DType,
     /// The forward's output [T, n_head, head_dim] (before any output gate), for delta; `None`
     /// when delta holds Σ dO·O already (gated attention: `attn_gate::sigmoid_gate_backward`).
     pub o: Option<&'a wgpu::Buffer>,
@@ -252,6 +258,7 @@ pub fn attention_backward(
     if b.o.is_none() {
         macros = macros.flag("DELTA_GIVEN");
     }
+    let macros = kv_macro(macros, b.kv);
     let dq = ctx.pipeline("attention_backward.wgsl", "attention_backward_dq", &macros)?;
     let dkv = ctx.pipeline("attention_backward.wgsl", "attention_backward_dkv", &macros)?;
     let positions = (LOOP_BUDGET / per_position).max(1);
@@ -290,6 +297,13 @@ pub fn attention_backward(
         ));
     }
     Ok(out)
+}
+
+fn kv_macro(macros: Macros, kv: DType) -> Macros {
+    match kv {
+        DType::F16 => macros.flag("KV_F16"),
+        DType::F32 => macros,
+    }
 }
 
 /// Loop steps one invocation may take: CPU adapters (llvmpipe) end a shader's loops after 65535

@@ -60,8 +60,7 @@ pub const PREFILL_TILE: u32 = 8;
 /// y[t, j] (+)= Σ_c W[j, c] · x[t, c] for the step's tokens.
 /// Shapes: x [T, W.cols], y [T, y_stride] with W.rows ≤ y_stride. `tile` is 1 for decode
 /// or [`PREFILL_TILE`] (the row-per-thread layout runs any tile above 1 as 8 tokens per
-/// thread); one dispatch per weight chunk. `in_cache`: y is a cache [ctx, y_stride] and
-/// token t writes row pos0 + t.
+/// thread); one dispatch per weight chunk.
 pub fn matvec(
     ctx: &GpuContext,
     w: &GpuWeight,
@@ -71,7 +70,6 @@ pub fn matvec(
     step: &wgpu::Buffer,
     tile: u32,
     accumulate: bool,
-    in_cache: bool,
 ) -> Result<Vec<Dispatch>> {
     matvec_with(
         ctx,
@@ -83,7 +81,6 @@ pub fn matvec(
         step,
         tile,
         accumulate,
-        in_cache,
     )
 }
 
@@ -98,7 +95,6 @@ pub fn matvec_with(
     step: &wgpu::Buffer,
     tile: u32,
     accumulate: bool,
-    in_cache: bool,
 ) -> Result<Vec<Dispatch>> {
     if w.rows > y_stride as u64 {
         return Err(EngineError::Shape {
@@ -180,13 +176,7 @@ pub fn matvec_with(
             let p = params(
                 ctx,
                 "matvec",
-                &[
-                    c.rows,
-                    w.cols as u32,
-                    c.row_start,
-                    y_stride,
-                    in_cache as u32,
-                ],
+                &[c.rows, w.cols as u32, c.row_start, y_stride],
             );
             let mut bindings = vec![
                 (0, bind(&c.q)),

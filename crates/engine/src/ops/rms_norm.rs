@@ -17,23 +17,7 @@ pub fn rms_norm(
     eps: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    norm(ctx, [x, w, y], None, (n, groups, eps), false, step)
-}
-
-/// [`rms_norm`] into a cache: y is [ctx, groups, n] and token t writes row pos0 + t
-/// (Qwen3's per-head K norm writes the normalised keys straight into the KV cache).
-#[allow(clippy::too_many_arguments)]
-pub fn rms_norm_to_cache(
-    ctx: &GpuContext,
-    x: &wgpu::Buffer,
-    w: &wgpu::Buffer,
-    cache: &wgpu::Buffer,
-    n: u32,
-    groups: u32,
-    eps: f32,
-    step: &wgpu::Buffer,
-) -> Result<Dispatch> {
-    norm(ctx, [x, w, cache], None, (n, groups, eps), true, step)
+    norm(ctx, [x, w, y], None, (n, groups, eps), step)
 }
 
 /// y[t, g, ..n] = rmsnorm(x[t, g, ..n]) · w · silu(z[t, g, ..n]): Qwen3.5's gated DeltaNet
@@ -50,10 +34,10 @@ pub fn rms_norm_gated(
     eps: f32,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    norm(ctx, [x, w, y], Some(z), (n, groups, eps), false, step)
+    norm(ctx, [x, w, y], Some(z), (n, groups, eps), step)
 }
 
-/// Any of the forms above (`z`: gated; `y_in_cache`: y is a cache), also writing each row's
+/// Any of the forms above (`z`: gated), also writing each row's
 /// reciprocal RMS, 1 / sqrt(mean(x²) + eps), to `rstd` [T, groups] when given: what a
 /// backward pass needs from the forward one.
 #[allow(clippy::too_many_arguments)]
@@ -67,10 +51,9 @@ pub fn rms_norm_saving(
     n: u32,
     groups: u32,
     eps: f32,
-    y_in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    norm_saving(ctx, [x, w, y], z, rstd, (n, groups, eps), y_in_cache, step)
+    norm_saving(ctx, [x, w, y], z, rstd, (n, groups, eps), step)
 }
 
 fn norm(
@@ -78,10 +61,9 @@ fn norm(
     xwy: [&wgpu::Buffer; 3],
     z: Option<&wgpu::Buffer>,
     shape: (u32, u32, f32),
-    y_in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    norm_saving(ctx, xwy, z, None, shape, y_in_cache, step)
+    norm_saving(ctx, xwy, z, None, shape, step)
 }
 
 fn norm_saving(
@@ -90,7 +72,6 @@ fn norm_saving(
     z: Option<&wgpu::Buffer>,
     rstd: Option<&wgpu::Buffer>,
     (n, groups, eps): (u32, u32, f32),
-    y_in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
     let mut macros = Macros::new().u32("WG", WG);
@@ -101,11 +82,7 @@ fn norm_saving(
         macros = macros.flag("SAVE_RSTD");
     }
     let pipeline = ctx.pipeline("rms_norm.wgsl", "rms_norm", &macros)?;
-    let p = params(
-        ctx,
-        "rms_norm",
-        &[n, groups, eps.to_bits(), y_in_cache as u32],
-    );
+    let p = params(ctx, "rms_norm", &[n, groups, eps.to_bits()]);
     let mut bindings: Vec<(u32, wgpu::BindingResource)> = vec![
         (0, bind(x)),
         (1, bind(w)),

@@ -2,6 +2,7 @@ use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::{bind, params};
+use crate::tensor::DType;
 
 const WG: u32 = 64;
 
@@ -21,8 +22,7 @@ pub fn frequencies(base: f64, n_rot: u32) -> Vec<f32> {
         .collect()
 }
 
-/// Rotates the first `n_rot` dims of every head of x [T, n_heads, head_dim] in place
-/// (`in_cache`: x is a cache [ctx, n_heads, head_dim] and the step's tokens sit at pos0..).
+/// Rotates the first `n_rot` dims of every head of x [T, n_heads, head_dim] in place.
 pub fn rope(
     ctx: &GpuContext,
     x: &wgpu::Buffer,
@@ -31,19 +31,9 @@ pub fn rope(
     head_dim: u32,
     n_rot: u32,
     mode: RopeMode,
-    in_cache: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    rotate(
-        ctx,
-        x,
-        freqs,
-        [n_heads, head_dim, n_rot],
-        mode,
-        in_cache,
-        false,
-        step,
-    )
+    rotate(ctx, x, freqs, [n_heads, head_dim, n_rot], mode, false, step)
 }
 
 /// The gradient of [`rope`]: rotates dy [T, n_heads, head_dim] in place by the opposite
@@ -59,16 +49,7 @@ pub fn rope_backward(
     mode: RopeMode,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    rotate(
-        ctx,
-        dy,
-        freqs,
-        [n_heads, head_dim, n_rot],
-        mode,
-        false,
-        true,
-        step,
-    )
+    rotate(ctx, dy, freqs, [n_heads, head_dim, n_rot], mode, true, step)
 }
 
 fn rotate(
@@ -77,25 +58,16 @@ fn rotate(
     freqs: &wgpu::Buffer,
     [n_heads, head_dim, n_rot]: [u32; 3],
     mode: RopeMode,
-    in_cache: bool,
     backward: bool,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
-    if n_rot > head_dim || !n_rot.is_multiple_of(2) {
-        return Err(EngineError::Shape {
-            op: "rope",
-            detail: format!("n_rot {n_rot} with head dim {head_dim}"),
-        });
-    }
-    let mut macros = Macros::new().u32("WG", WG);
-    if mode == RopeMode::Neox {
-        macros = macros.flag("NEOX");
-    }
+    check_rotation(n_rot, head_dim)?;
+    let mut macros = mode_macros(mode);
     if backward {
         macros = macros.flag("BACKWARD");
     }
     let pipeline = ctx.pipeline("rope.wgsl", "rope", &macros)?;
-    let p = params(ctx, "rope", &[n_heads, head_dim, n_rot, in_cache as u32]);
+    let p = params(ctx, "rope", &[n_heads, head_dim, n_rot]);
     Ok(Dispatch::new(
         ctx,
         if backward { "rope_backward" } else { "rope" },
@@ -103,6 +75,65 @@ fn rotate(
         &[bind(x), bind(freqs), bind(&p), bind(step)],
         Grid::PerTokens {
             x: (n_heads * n_rot / 2).div_ceil(WG),
+            per_y: 1,
+        },
+    ))
+}
+
+fn check_rotation(n_rot: u32, head_dim: u32) -> Result<()> {
+    if n_rot > head_dim || !n_rot.is_multiple_of(2) || !head_dim.is_multiple_of(2) {
+        return Err(EngineError::Shape {
+            op: "rope",
+            detail: format!("n_rot {n_rot} with head dim {head_dim}"),
+        });
+    }
+    Ok(())
+}
+
+fn mode_macros(mode: RopeMode) -> Macros {
+    let macros = Macros::new().u32("WG", WG);
+    match mode {
+        RopeMode::Neox => macros.flag("NEOX"),
+        RopeMode::Interleaved => macros,
+    }
+}
+
+/// A step's new K and V rows into a layer's caches: k_new rotated as [`rope`] would, v_new
+/// as it is (both [T, n_heads · head_dim], f32), each token's row written to its cache row
+/// (`Step.tok[t].y`) of `k_cache`/`v_cache` in the caches' element type (`cache`: f32, or
+/// f16 packed in pairs).
+pub fn rope_store(
+    ctx: &GpuContext,
+    [k_new, v_new]: [&wgpu::Buffer; 2],
+    freqs: &wgpu::Buffer,
+    [k_cache, v_cache]: [&wgpu::Buffer; 2],
+    cache: DType,
+    [n_heads, head_dim, n_rot]: [u32; 3],
+    mode: RopeMode,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    check_rotation(n_rot, head_dim)?;
+    let mut macros = mode_macros(mode).flag("STORE");
+    if cache == DType::F16 {
+        macros = macros.flag("KV_F16");
+    }
+    let pipeline = ctx.pipeline("rope.wgsl", "rope_store", &macros)?;
+    let p = params(ctx, "rope_store", &[n_heads, head_dim, n_rot]);
+    Ok(Dispatch::new(
+        ctx,
+        "rope_store",
+        pipeline,
+        &[
+            bind(k_new),
+            bind(freqs),
+            bind(&p),
+            bind(step),
+            bind(v_new),
+            bind(k_cache),
+            bind(v_cache),
+        ],
+        Grid::PerTokens {
+            x: (n_heads * head_dim / 2).div_ceil(WG),
             per_y: 1,
         },
     ))
