@@ -2,9 +2,9 @@
 # FrogNano-4B-shaped benchmark with a prebuilt `lilypad` binary, for machines that may have
 # a GPU but no Rust toolchain (build here with `cargo build --release -p lilypad-cli`, copy
 # the binary and this script). Writes a synthetic model (random Q4_K weights, FrogNano-4B's
-# shapes) once, then prints: the adapter, the memory plan at 2k and 8k context, kernel
-# bandwidth against the copy kernel, prefill/decode tokens/s, and batched decode at 1–16
-# sequences.
+# shapes) once, then prints: the adapter, the memory plan at 2k, 8k and 32k context with
+# f16 and f32 KV caches, kernel bandwidth against the copy kernel, prefill/decode tokens/s
+# (and after a 4k prompt with each KV cache type), and batched decode at 1–16 sequences.
 #
 #   scripts/gpu-bench.sh [path/to/lilypad] [--prompt-tokens N] [--gen-tokens N]
 set -euo pipefail
@@ -34,11 +34,16 @@ model="${LILYPAD_BENCH_MODEL:-${TMPDIR:-/tmp}/frognano-4b-synthetic-q4_k.gguf}"
 
 echo "== $(date -u +%Y-%m-%dT%H:%MZ) $(uname -n), $(nproc) CPUs"
 "$bin" adapters
-for ctx in 2048 8192; do
-  echo "== memory at context $ctx"
-  "$bin" inspect "$model" --context "$ctx" | grep -E '^(GPU memory|largest|fits)'
+for ctx in 2048 8192 32768; do
+  for kv in f16 f32; do
+    echo "== memory at context $ctx, $kv KV cache"
+    "$bin" inspect "$model" --context "$ctx" --kv-cache "$kv" | grep -E '^(GPU memory|largest|fits)'
+  done
 done
 echo "== kernels and whole model (prompt $prompt_tokens, generate $gen_tokens)"
 "$bin" bench --model "$model" --context 4096 --prompt-tokens "$prompt_tokens" --gen-tokens "$gen_tokens" --profile
+echo "== the same whole-model run with an f32 KV cache (f16 above), after a 4,096-token prompt"
+"$bin" bench --model "$model" --context 8192 --kv-cache f32 --prompt-tokens 4096 --gen-tokens 16
+"$bin" bench --model "$model" --context 8192 --kv-cache f16 --prompt-tokens 4096 --gen-tokens 16
 echo "== batched decode: total tokens/s with 1 to 16 sequences decoded together"
 "$bin" bench --model "$model" --context 2048 --batch 1,2,4,8,16 --prompt-tokens 256 --gen-tokens 32
