@@ -301,7 +301,8 @@ const fn per_thread(subgroups: bool, rows: Option<u32>) -> MatvecLayout {
 }
 
 /// y = W x for every weight type, decode (1 token) and prefill tiles (partial last tile),
-/// split weights, and the accumulate (residual) form. Row counts are odd and not multiples
+/// steps of 3 and 4 tokens (the row-per-thread layout's 4-token tile), split weights, and the
+/// accumulate (residual) form. Row counts are odd and not multiples
 /// of any rows-per-workgroup (32, 64, 128) or of the rows per thread. Tolerance: 1e-5 of Σ|w·x| (f32 sums).
 #[test]
 fn matvec_matches_reference() {
@@ -320,6 +321,9 @@ fn matvec_matches_reference() {
                 (13, 8, None, false),
                 (5, 8, Some(2000u64), true),
                 (1, 1, Some(1500), true),
+                // Steps of a few tokens: the row-per-thread layout's 4-token tile.
+                (3, 8, None, false),
+                (4, 8, Some(2000), true),
             ] {
                 for layout in MATVEC_LAYOUTS {
                     let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap)

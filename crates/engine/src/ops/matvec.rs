@@ -60,7 +60,7 @@ pub const PREFILL_TILE: u32 = 8;
 /// y[t, j] (+)= Σ_c W[j, c] · x[t, c] for the step's tokens.
 /// Shapes: x [T, W.cols], y [T, y_stride] with W.rows ≤ y_stride. `tile` is 1 for decode
 /// or [`PREFILL_TILE`] (the row-per-thread layout runs any tile above 1 as 8 tokens per
-/// thread); one dispatch per weight chunk.
+/// thread, and steps of up to 4 tokens as 4); one dispatch per weight chunk.
 pub fn matvec(
     ctx: &GpuContext,
     w: &GpuWeight,
@@ -112,63 +112,122 @@ pub fn matvec_with(
     if accumulate {
         macros = macros.flag("ACCUMULATE");
     }
-    // Rows per workgroup and tokens per workgroup.
-    let scales4 = matches!(layout, MatvecLayout::RowPerThread { .. })
-        && matches!(w.ty, GgmlType::Q4K | GgmlType::Q5K);
-    let (rows_per_group, tile) = match layout {
+    match layout {
         MatvecLayout::RowPerWorkgroup => {
-            macros = macros.u32("WG", WG).u32("TILE", tile);
-            (1, tile)
+            let macros = macros.u32("WG", WG).u32("TILE", tile);
+            dispatches(ctx, w, &macros, [x, y, step], y_stride, 1, tile, false)
+        }
+        MatvecLayout::RowPerThread { subgroups, rows } if tile > 1 => {
+            // Steps of a few tokens (batched decode) get a 4-token tile: the 8-token one
+            // would do the work of 8 tokens for them.
+            let tiled = |tile| {
+                let (m, rows_per_group) =
+                    row_per_thread(ctx, w, macros.clone(), subgroups, rows, tile)?;
+                dispatches(
+                    ctx,
+                    w,
+                    &m,
+                    [x, y, step],
+                    y_stride,
+                    rows_per_group,
+                    tile,
+                    true,
+                )
+            };
+            let wide = tiled(CPU_TILE)?;
+            let small = tiled(SMALL_TILE)?;
+            Ok(wide
+                .into_iter()
+                .zip(small)
+                .map(|(w, s)| w.with_few_tokens(SMALL_TILE, s))
+                .collect())
         }
         MatvecLayout::RowPerThread { subgroups, rows } => {
-            let tile = if tile > 1 { CPU_TILE } else { 1 };
-            macros = macros
-                .flag("ROW_PER_THREAD")
-                .u32("WG", CPU_WG)
-                .u32("TILE", tile);
-            if tile > 1 {
-                macros = macros.flag("TILE8");
-            }
-            // How many weights one step of the column loop decodes (the shader's families).
-            match w.ty {
-                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-                    macros = macros.flag("BLOCK32");
-                }
-                GgmlType::Q4K | GgmlType::Q5K => {
-                    macros = macros.flag("KQUANT").flag("SCALES4");
-                }
-                GgmlType::Q6K => {
-                    macros = macros.flag("KQUANT");
-                }
-                _ => {}
-            }
-            // Browsers need `enable subgroups;` ahead of the generated constants, which the
-            // preprocessor cannot place, and naga rejects it: subgroups are native-only.
-            if subgroups
-                && cfg!(not(target_arch = "wasm32"))
-                && ctx.features.contains(wgpu::Features::SUBGROUP)
-            {
-                macros = macros.flag("SUBGROUPS");
-            }
-            let rpt = rows.unwrap_or_else(|| cpu_rows_per_thread(w.rows, tile));
-            if ![4, 8, 16].contains(&rpt) {
-                return Err(EngineError::Shape {
-                    op: "matvec",
-                    detail: format!("{}: {rpt} rows per thread", w.name),
-                });
-            }
-            // The shader unrolls groups of four rows: ROWS8 adds a second, ROWS16 two more.
-            macros = macros.u32("RPT", rpt);
-            if rpt >= 8 {
-                macros = macros.flag("ROWS8");
-            }
-            if rpt >= 16 {
-                macros = macros.flag("ROWS16");
-            }
-            (CPU_WG * rpt, tile)
+            let (m, rows_per_group) = row_per_thread(ctx, w, macros, subgroups, rows, 1)?;
+            dispatches(ctx, w, &m, [x, y, step], y_stride, rows_per_group, 1, true)
         }
-    };
-    let pipeline = ctx.pipeline("matvec.wgsl", "matvec", &macros)?;
+    }
+}
+
+/// Tokens per thread of the row-per-thread layout's tile for steps of a few tokens: per
+/// token it costs what the 8-token tile does for Q4_0/Q4_1 (measured on lavapipe), so a step
+/// of 2–4 tokens pays half of what it would in the 8-token tile. Prefill keeps 8 (the
+/// k-quants' decoding is shared by more tokens there).
+const SMALL_TILE: u32 = 4;
+
+/// The row-per-thread layout's macros for `tile` tokens per thread (1, 4 or 8), and the
+/// rows a workgroup covers.
+fn row_per_thread(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    mut macros: Macros,
+    subgroups: bool,
+    rows: Option<u32>,
+    tile: u32,
+) -> Result<(Macros, u32)> {
+    macros = macros
+        .flag("ROW_PER_THREAD")
+        .u32("WG", CPU_WG)
+        .u32("TILE", tile);
+    match tile {
+        8 => macros = macros.flag("TILE8"),
+        4 => macros = macros.flag("TILE4"),
+        _ => {}
+    }
+    // How many weights one step of the column loop decodes (the shader's families).
+    match w.ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+            macros = macros.flag("BLOCK32");
+        }
+        GgmlType::Q4K | GgmlType::Q5K => {
+            macros = macros.flag("KQUANT").flag("SCALES4");
+        }
+        GgmlType::Q6K => {
+            macros = macros.flag("KQUANT");
+        }
+        _ => {}
+    }
+    // Browsers need `enable subgroups;` ahead of the generated constants, which the
+    // preprocessor cannot place, and naga rejects it: subgroups are native-only.
+    if subgroups
+        && cfg!(not(target_arch = "wasm32"))
+        && ctx.features.contains(wgpu::Features::SUBGROUP)
+    {
+        macros = macros.flag("SUBGROUPS");
+    }
+    let rpt = rows.unwrap_or_else(|| cpu_rows_per_thread(w.rows, tile));
+    if ![4, 8, 16].contains(&rpt) {
+        return Err(EngineError::Shape {
+            op: "matvec",
+            detail: format!("{}: {rpt} rows per thread", w.name),
+        });
+    }
+    // The shader unrolls groups of four rows: ROWS8 adds a second, ROWS16 two more.
+    macros = macros.u32("RPT", rpt);
+    if rpt >= 8 {
+        macros = macros.flag("ROWS8");
+    }
+    if rpt >= 16 {
+        macros = macros.flag("ROWS16");
+    }
+    Ok((macros, CPU_WG * rpt))
+}
+
+/// One dispatch per chunk of `w` with the pipeline of `macros`.
+#[allow(clippy::too_many_arguments)]
+fn dispatches(
+    ctx: &GpuContext,
+    w: &GpuWeight,
+    macros: &Macros,
+    [x, y, step]: [&wgpu::Buffer; 3],
+    y_stride: u32,
+    rows_per_group: u32,
+    tile: u32,
+    row_per_thread: bool,
+) -> Result<Vec<Dispatch>> {
+    let pipeline = ctx.pipeline("matvec.wgsl", "matvec", macros)?;
+    // Q4_K/Q5_K's scale words bound again as vec4s in the row-per-thread layout.
+    let scales4 = row_per_thread && matches!(w.ty, GgmlType::Q4K | GgmlType::Q5K);
     w.chunks
         .iter()
         .filter(|c| c.rows > 0)
