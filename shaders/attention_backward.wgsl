@@ -26,7 +26,9 @@
 // registers. dq: the lanes are 8 consecutive tokens of one head, each keeping its q, dO and
 // dq rows, and each K/V row is loaded once for all of them. dk, dv: the lanes are 8
 // consecutive cache rows of one KV head, each keeping its K, V, dK and dV rows, and each
-// query token's q and dO rows are loaded once for all of them.
+// query token's q and dO rows are loaded once for all of them. Both walk their loop in
+// chunks of CHUNK with one loaded row in use at a time: with two (K and V, or q and dO) at
+// once llvmpipe kept every row in memory, and the kernels ran 20-40x slower.
 
 #include "common/step.wgsl"
 
@@ -52,6 +54,9 @@ struct Params {
 @group(0) @binding(9) var<storage, read_write> dv: array<vec4<f32>>;
 @group(0) @binding(10) var<uniform> p: Params;
 @group(0) @binding(11) var<uniform> step: Step;
+
+// Positions (dq) or query heads (dk, dv) per chunk of a thread's loop.
+const CHUNK = 8u;
 
 #include "common/kv.wgsl"
 #include "common/attention_rows.wgsl"
@@ -112,24 +117,39 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
     }
 #endif
     let m = lse[at];
+    // Positions in chunks, each row loaded for one use at a time (as in the forward): the
+    // chunk's scores from its K rows, then dO·v from its V rows, then dq from the K rows
+    // again. Holding K and V rows together made llvmpipe spill every row to memory.
+    let end = min(p.end, a.n_pos_all);
     var acc: Row;
-    for (var j = p.begin; j < min(p.end, a.n_pos_all); j++) {
-        let rb = ((a.first + min(j, a.last_pos)) * p.n_kv + kv_head) * HD4;
-        let kr = load_row(0u, rb);
-        let vr = load_row(1u, rb);
-        // The score and dO·v together, inline (see common/attention_rows.wgsl).
-        var sv = vec4<f32>(0.0);
-        var dpv = vec4<f32>(0.0);
-        for (var i = 0u; i < HD4; i++) {
-            sv += qv[i] * kr[i];
-            dpv += dov[i] * vr[i];
+    for (var c0 = p.begin; c0 < end; c0 += CHUNK) {
+        var ds: array<f32, CHUNK>;
+        for (var j = 0u; j < CHUNK; j++) {
+            let rb = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
+            let kr = load_row(0u, rb);
+            var sv = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                sv += qv[i] * kr[i];
+            }
+            // Positions past this lane's token, or past this block, do not count.
+            let seen = c0 + j < a.n_pos && c0 + j < end;
+            ds[j] = select(0.0, exp((sv.x + sv.y + sv.z + sv.w) * p.scale - m), seen);
         }
-        let score = sv.x + sv.y + sv.z + sv.w;
-        let dp = dpv.x + dpv.y + dpv.z + dpv.w;
-        // Positions past this lane's token do not count.
-        let ds = select(0.0, exp(score * p.scale - m) * (dp - dl), j < a.n_pos);
-        for (var i = 0u; i < HD4; i++) {
-            acc[i] += ds * kr[i];
+        for (var j = 0u; j < CHUNK; j++) {
+            let rb = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
+            let vr = load_row(1u, rb);
+            var dpv = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                dpv += dov[i] * vr[i];
+            }
+            ds[j] *= dpv.x + dpv.y + dpv.z + dpv.w - dl;
+        }
+        for (var j = 0u; j < CHUNK; j++) {
+            let rb = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
+            let kr = load_row(0u, rb);
+            for (var i = 0u; i < HD4; i++) {
+                acc[i] += ds[j] * kr[i];
+            }
         }
     }
     if a.live {
@@ -167,28 +187,48 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
     }
     var ak: Row;
     var av: Row;
-    // This dispatch's block of query tokens; those at positions before a lane's row do not see it.
-    for (var t = p.begin; t < min(p.end, n_tokens); t++) {
-        let pos = step.tok[t].x;
-        if pos < j0 {
+    // This dispatch's block of query tokens, each with the group's heads: items
+    // i = t · group + (h − g · group), in chunks whose rows are loaded for one use at a time
+    // (q for the scores, dO for dO·v and dV, q again for dK), as in dq. Tokens at positions
+    // before a lane's row do not see it.
+    let i_end = min(p.end, n_tokens) * group;
+    for (var c0 = p.begin * group; c0 < i_end; c0 += CHUNK) {
+        // Positions grow with the token (one sequence): a chunk that ends before this
+        // workgroup's first row adds nothing.
+        if step.tok[(min(c0 + CHUNK, i_end) - 1u) / group].x < j0 {
             continue;
         }
-        for (var h = g * group; h < (g + 1u) * group; h++) {
-            let at = t * p.n_head + h;
+        var pr: array<f32, CHUNK>;
+        var ds: array<f32, CHUNK>;
+        for (var c = 0u; c < CHUNK; c++) {
+            let i = min(c0 + c, i_end - 1u);
+            let t = i / group;
+            let at = t * p.n_head + g * group + i % group;
             let qr = load_row(2u, at * HD4);
-            let dor = load_row(3u, at * HD4);
             var sv = vec4<f32>(0.0);
-            var dpv = vec4<f32>(0.0);
-            for (var i = 0u; i < HD4; i++) {
-                sv += qr[i] * kr[i];
-                dpv += dor[i] * vr[i];
+            for (var d = 0u; d < HD4; d++) {
+                sv += qr[d] * kr[d];
             }
-            let score = sv.x + sv.y + sv.z + sv.w;
-            let pr = select(0.0, exp(score * p.scale - lse[at]), pos >= j);
-            let ds = pr * (dpv.x + dpv.y + dpv.z + dpv.w - delta[at]);
-            for (var i = 0u; i < HD4; i++) {
-                ak[i] += ds * qr[i];
-                av[i] += pr * dor[i];
+            let seen = c0 + c < i_end && step.tok[t].x >= j;
+            pr[c] = select(0.0, exp((sv.x + sv.y + sv.z + sv.w) * p.scale - lse[at]), seen);
+        }
+        for (var c = 0u; c < CHUNK; c++) {
+            let i = min(c0 + c, i_end - 1u);
+            let at = (i / group) * p.n_head + g * group + i % group;
+            let dor = load_row(3u, at * HD4);
+            var dpv = vec4<f32>(0.0);
+            for (var d = 0u; d < HD4; d++) {
+                dpv += dor[d] * vr[d];
+                av[d] += pr[c] * dor[d];
+            }
+            ds[c] = pr[c] * (dpv.x + dpv.y + dpv.z + dpv.w - delta[at]);
+        }
+        for (var c = 0u; c < CHUNK; c++) {
+            let i = min(c0 + c, i_end - 1u);
+            let at = (i / group) * p.n_head + g * group + i % group;
+            let qr = load_row(2u, at * HD4);
+            for (var d = 0u; d < HD4; d++) {
+                ak[d] += ds[c] * qr[d];
             }
         }
     }

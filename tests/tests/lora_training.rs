@@ -217,3 +217,40 @@ fn a_gradient_that_is_not_finite_changes_nothing() {
         "the bad step left no trace"
     );
 }
+
+/// Profiling the training passes times their kernels without changing what they compute:
+/// the same gradients bit for bit, and the kernels of each pass named in its times.
+#[test]
+fn profiled_training_passes_compute_the_same_gradients() {
+    let Some(mut m) = model() else {
+        return;
+    };
+    let tokens: Vec<u32> = (0..19).map(|i| (i * 53 + 7) % 500).collect();
+    let mut targets = tokens[1..].to_vec();
+    targets.push(0);
+    let coef = vec![-0.05; tokens.len()];
+    let mut gradients = |m: &mut Model| {
+        let fwd =
+            pollster::block_on(m.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
+        pollster::block_on(m.lora_gradients(&fwd, &targets, &coef)).unwrap()
+    };
+    let plain = gradients(&mut m);
+    assert!(m.take_kernel_times().is_none(), "not profiled unless asked");
+    m.profile_kernels(true);
+    let profiled = gradients(&mut m);
+    let times = m.take_kernel_times().unwrap();
+    m.profile_kernels(false);
+    assert!(plain == profiled, "profiling changes no gradient");
+    let kernels: Vec<&str> = times.slowest_first().iter().map(|k| k.0).collect();
+    for kernel in [
+        "matvec",
+        "attention",
+        "matvec_backward",
+        "attention_backward_dq",
+        "attention_backward_dkv",
+        "matmul",
+    ] {
+        assert!(kernels.contains(&kernel), "{kernel} timed: {times}");
+    }
+    assert!(times.total() > 0.0, "{times}");
+}

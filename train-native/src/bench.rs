@@ -40,6 +40,10 @@ pub struct BenchStepArgs {
     /// Adapt only the linears whose weight name contains this (`blk.29.ffn_down`).
     #[arg(long)]
     only: Option<String>,
+    /// Then one more step with every kernel timed: per-kernel times of the forward pass,
+    /// the log-probabilities and the backward pass.
+    #[arg(long)]
+    profile: bool,
 }
 
 pub fn bench_step(args: &BenchStepArgs) -> Result<()> {
@@ -134,6 +138,20 @@ pub fn bench_step(args: &BenchStepArgs) -> Result<()> {
             args.tokens as f64 / s(t0, t4),
             stats.grad_norm
         );
+    }
+    if args.profile {
+        model.profile_kernels(true);
+        let part = |what: &str, model: &mut Model| {
+            let times = model.take_kernel_times().unwrap_or_default();
+            print!("profile of the {what}: {times}");
+        };
+        let fwd = pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Keep))?;
+        part("forward pass", &mut model);
+        pollster::block_on(model.training_log_probs(&fwd, &targets))?;
+        part("log-probabilities", &mut model);
+        pollster::block_on(model.lora_backward(&fwd, &targets, &coef, &grads))?;
+        part("backward pass", &mut model);
+        model.profile_kernels(false);
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use lilypad_engine::kernels::Dispatch;
 use lilypad_engine::ops::{self, Step};
 use lilypad_engine::weights::GpuWeight;
-use lilypad_engine::{BatchToken, GpuContext, Logits, Model, SamplingParams, StepProfile};
+use lilypad_engine::{BatchToken, GpuContext, KernelTimes, Logits, Model, SamplingParams};
 use lilypad_gguf::{ByteSource, GgufFile};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Serialize;
@@ -551,9 +551,9 @@ pub fn run(
             for (depth, wall) in walls {
                 println!(
                     "decode at depth {depth}: kernels {:.1} ms of {:.1} ms per token, host overhead {:.1} %",
-                    decode.span * 1e3,
+                    decode.total() * 1e3,
                     wall * 1e3,
-                    100.0 * (1.0 - decode.span / wall)
+                    100.0 * (1.0 - decode.total() / wall)
                 );
             }
         }
@@ -568,24 +568,8 @@ pub fn run(
 }
 
 /// Per-kernel times of one step.
-fn print_profile(what: &str, p: &StepProfile) {
-    let total: f64 = p.kernels.iter().map(|t| t.1).sum();
-    let how = if p.timestamps {
-        "GPU timestamps between the dispatches of one step"
-    } else {
-        "each dispatch submitted and waited for alone, so submission costs are included"
-    };
-    println!(
-        "profile of a {what}: {:.1} ms of kernels ({how})",
-        total * 1e3
-    );
-    for (kernel, t) in &p.kernels {
-        println!(
-            "  {kernel:24} {:10.2} ms {:5.1} %",
-            t * 1e3,
-            100.0 * t / total
-        );
-    }
+fn print_profile(what: &str, p: &KernelTimes) {
+    print!("profile of a {what}: {p}");
 }
 
 /// `lilypad bench --batch 1,2,4,8`: total decode tokens/s with B sequences decoded together,

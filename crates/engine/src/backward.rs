@@ -28,7 +28,6 @@ use crate::activations::{
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::graph::Graph;
-use crate::kernels::Dispatch;
 use crate::linear::Linear;
 use crate::model::Model;
 use crate::ops::{
@@ -622,7 +621,8 @@ impl Model {
                 )?);
                 g.dispatches
             };
-            run(&ctx, &graph, (end - start) as u32);
+            self.submit_graph(new_encoder(&ctx), &graph, (end - start) as u32)
+                .await?;
             lp.extend(ctx.read_f32(&out.buffer, 0, (end - start) as u64).await?);
         }
         Ok(lp)
@@ -714,7 +714,8 @@ impl Model {
                 self.record_head_backward(&mut g, store, b)?;
                 g.dispatches
             };
-            run(&ctx, &head, (end - start) as u32);
+            self.submit_graph(new_encoder(&ctx), &head, (end - start) as u32)
+                .await?;
             for i in (0..n_layers).rev() {
                 if checkpoint {
                     fwd.recompute(self, s, i).await?;
@@ -734,7 +735,8 @@ impl Model {
                         .record_layer_backward(&mut g, i, &store.layers[i], b, &pos)?;
                     g.dispatches
                 };
-                run(&ctx, &layer, (end - start) as u32);
+                self.submit_graph(new_encoder(&ctx), &layer, (end - start) as u32)
+                    .await?;
             }
         }
         ctx.check()
@@ -805,16 +807,6 @@ impl Model {
     }
 }
 
-fn run(ctx: &GpuContext, graph: &[Dispatch], n: u32) {
-    let mut encoder = ctx.device.create_command_encoder(&Default::default());
-    {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("training backward"),
-            ..Default::default()
-        });
-        for d in graph {
-            d.record(&mut pass, n);
-        }
-    }
-    ctx.queue.submit([encoder.finish()]);
+fn new_encoder(ctx: &GpuContext) -> wgpu::CommandEncoder {
+    ctx.device.create_command_encoder(&Default::default())
 }

@@ -15,6 +15,7 @@ pub mod model;
 pub mod models;
 pub mod ops;
 pub mod optim;
+pub mod profile;
 pub mod state;
 pub mod tensor;
 pub mod training;
@@ -25,12 +26,11 @@ pub use backward::LoraGradients;
 pub use batch::{Batch, BatchEvent, DoneReason, RequestId};
 pub use error::{EngineError, Result};
 pub use gpu::{AdapterOptions, AdapterSummary, GpuContext};
-pub use model::{
-    BatchToken, Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions, StepProfile,
-};
+pub use model::{BatchToken, Generation, LoadProgress, Logits, MemoryPlan, Model, ModelOptions};
 pub use models::{LlamaConfig, ModelConfig, Qwen35Config};
 pub use ops::sample::{Rng, SamplingParams};
 pub use optim::{AdamWConfig, LoraAdamW, OptimizerState, StepStats};
+pub use profile::KernelTimes;
 pub use state::SequenceState;
 pub use tensor::{DType, Tensor};
 pub use training::TrainingForward;

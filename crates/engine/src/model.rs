@@ -17,6 +17,7 @@ use crate::models::blocks::{Loader, check_tensors};
 use crate::models::record_forward;
 use crate::models::{Forward, ModelConfig};
 use crate::ops::{self, Step, matvec::PREFILL_TILE, sample::Sampler};
+use crate::profile::KernelTimes;
 use crate::state::{SequenceState, StateBuffer};
 use crate::tensor::{DType, Tensor};
 use crate::{Rng, SamplingParams};
@@ -210,6 +211,9 @@ pub struct Model {
     /// What a saved state is keyed by: the weights' fingerprint, then the adapter's.
     identity: String,
     lora_identity: Option<String>,
+    /// Where the training passes add their kernels' times while profiled
+    /// ([`Model::profile_kernels`]).
+    pub(crate) kernel_times: Option<KernelTimes>,
 }
 
 /// One sequence's token in a batched decode step ([`Model::sample_batch`]), and how to pick
@@ -341,6 +345,7 @@ impl Model {
             decode_stats: Default::default(),
             identity: lilypad_gguf::fingerprint(file, src)?,
             lora_identity: None,
+            kernel_times: None,
         })
     }
 
@@ -1036,14 +1041,45 @@ impl Model {
         Ok(out)
     }
 
+    /// Starts (or, with false, stops) timing every kernel the training passes run
+    /// (`forward_for_training`, `training_log_probs`, `lora_backward`, recomputed layers):
+    /// each of their graphs then waits for the device, so they run slower. Native only.
+    pub fn profile_kernels(&mut self, on: bool) {
+        self.kernel_times = on.then(KernelTimes::default);
+    }
+
+    /// The kernel times gathered since profiling started, which starts again from zero.
+    pub fn take_kernel_times(&mut self) -> Option<KernelTimes> {
+        self.kernel_times.as_mut().map(std::mem::take)
+    }
+
+    /// Records `graph` for a step of `n` tokens after what `encoder` holds and submits it;
+    /// while kernels are profiled it runs timed (and waits for the device).
+    pub(crate) async fn submit_graph(
+        &mut self,
+        mut encoder: wgpu::CommandEncoder,
+        graph: &[Dispatch],
+        n: u32,
+    ) -> Result<()> {
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(times) = self.kernel_times.as_mut() {
+            let steps: Vec<(&Dispatch, u32)> = graph.iter().map(|d| (d, n)).collect();
+            return crate::profile::run_timed(&self.ctx, encoder, &steps, times).await;
+        }
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            for d in graph {
+                d.record(&mut pass, n);
+            }
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        Ok(())
+    }
+
     /// Times each kernel of one step over `tokens` (the decode graph for one token, the
-    /// prefill graph for more). Where the adapter writes timestamps inside compute passes,
-    /// the step runs as it normally does with a timestamp between dispatches; elsewhere each
-    /// dispatch is submitted and waited for on its own (which adds the submission's cost to
-    /// every kernel). The state advances as after `eval`. Native only: it blocks on the
-    /// device.
+    /// prefill graph for more; see [`crate::profile`]). The state advances as after `eval`.
     #[cfg(not(target_arch = "wasm32"))]
-    pub async fn profile_step(&mut self, tokens: &[u32]) -> Result<StepProfile> {
+    pub async fn profile_step(&mut self, tokens: &[u32]) -> Result<KernelTimes> {
         self.check_tokens(tokens)?;
         if tokens.is_empty() || tokens.len() > self.max_batch as usize {
             return Err(EngineError::Shape {
@@ -1054,116 +1090,23 @@ impl Model {
         let n = tokens.len() as u32;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let graph = self.begin_step(&mut encoder, 0, tokens);
+        let steps: Vec<(&Dispatch, u32)> = graph.iter().map(|d| (d, n)).collect();
+        let mut times = KernelTimes::default();
+        crate::profile::run_timed(&self.ctx, encoder, &steps, &mut times).await?;
         // The head runs on one row (the last token's), as in `eval`.
-        let steps: Vec<(&Dispatch, u32)> = graph
-            .iter()
-            .map(|d| (d, n))
-            .chain(self.head_last.iter().map(|d| (d, 1)))
-            .collect();
-        let in_pass =
-            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
-        let mut times = std::collections::BTreeMap::<&'static str, f64>::new();
-        let timestamps = self.ctx.device.features().contains(in_pass);
-        let mut span = 0.0;
-        if timestamps {
-            // The last hidden row goes to the head's input between the two, as in `eval`.
-            let row = self.config.n_embd() as u64 * 4;
-            let head_from = graph.len();
-            let ticks = self
-                .timestamped(&mut encoder, &steps, head_from, |encoder| {
-                    encoder.copy_buffer_to_buffer(
-                        &self.store.hidden.buffer,
-                        (n as u64 - 1) * row,
-                        &self.io.x_last,
-                        0,
-                        row,
-                    )
-                })
-                .await?;
-            let period = self.ctx.queue.get_timestamp_period() as f64 * 1e-9;
-            for (i, (d, _)) in steps.iter().enumerate() {
-                let t = ticks[i + 1].saturating_sub(ticks[i]) as f64 * period;
-                *times.entry(d.label).or_default() += t;
-            }
-            span = ticks[steps.len()].saturating_sub(ticks[0]) as f64 * period;
-        } else {
-            self.ctx.queue.submit([encoder.finish()]);
-            self.wait()?;
-            for (d, rows) in &steps {
-                let t = std::time::Instant::now();
-                let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-                {
-                    let mut pass = encoder.begin_compute_pass(&Default::default());
-                    d.record(&mut pass, *rows);
-                }
-                self.ctx.queue.submit([encoder.finish()]);
-                self.wait()?;
-                let t = t.elapsed().as_secs_f64();
-                *times.entry(d.label).or_default() += t;
-                span += t;
-            }
-        }
+        let row = self.config.n_embd() as u64 * 4;
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(
+            &self.store.hidden.buffer,
+            (n as u64 - 1) * row,
+            &self.io.x_last,
+            0,
+            row,
+        );
+        let head: Vec<(&Dispatch, u32)> = self.head_last.iter().map(|d| (d, 1)).collect();
+        crate::profile::run_timed(&self.ctx, encoder, &head, &mut times).await?;
         self.seqs[0].extend_from_slice(tokens);
-        let mut kernels: Vec<_> = times.into_iter().collect();
-        kernels.sort_by(|a, b| b.1.total_cmp(&a.1));
-        Ok(StepProfile {
-            kernels,
-            timestamps,
-            span,
-        })
-    }
-
-    /// Runs `steps` in `encoder` (graph dispatches, then from `head_from` on the head's,
-    /// with `between` recorded outside the passes in between) with a timestamp before the
-    /// first and after each, and returns the ticks.
-    #[cfg(not(target_arch = "wasm32"))]
-    async fn timestamped(
-        &self,
-        encoder: &mut wgpu::CommandEncoder,
-        steps: &[(&Dispatch, u32)],
-        head_from: usize,
-        between: impl FnOnce(&mut wgpu::CommandEncoder),
-    ) -> Result<Vec<u64>> {
-        let count = steps.len() as u32 + 1;
-        let queries = self.ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("profile"),
-            ty: wgpu::QueryType::Timestamp,
-            count,
-        });
-        let resolved = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("profile ticks"),
-            size: count as u64 * 8,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let mut between = Some(between);
-        let mut i = 0;
-        for part in [&steps[..head_from], &steps[head_from..]] {
-            if i > 0 {
-                (between.take().expect("one gap"))(encoder);
-            }
-            let mut pass = encoder.begin_compute_pass(&Default::default());
-            if i == 0 {
-                pass.write_timestamp(&queries, 0);
-            }
-            for (d, rows) in part {
-                d.record(&mut pass, *rows);
-                i += 1;
-                pass.write_timestamp(&queries, i);
-            }
-        }
-        encoder.resolve_query_set(&queries, 0..count, &resolved, 0);
-        let mut done = self.ctx.device.create_command_encoder(&Default::default());
-        std::mem::swap(encoder, &mut done);
-        self.ctx.queue.submit([done.finish()]);
-        let bytes = self.ctx.read_back(&resolved, 0, count as u64 * 8).await?;
-        Ok(bytemuck::pod_collect_to_vec(&bytes))
-    }
-
-    #[cfg(not(target_arch = "wasm32"))]
-    fn wait(&self) -> Result<()> {
-        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
-        self.ctx.check()
+        Ok(times)
     }
 
     /// Evaluates `tokens` and samples the next token on the GPU; only 4 bytes come back.
@@ -1304,17 +1247,6 @@ fn lora_fingerprint(adapter: &LoraAdapter) -> String {
         hash.update(bytemuck::cast_slice(&t.b));
     }
     hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Kernel times of one step ([`Model::profile_step`]).
-#[derive(Clone, Debug)]
-pub struct StepProfile {
-    /// (kernel, seconds) summed per kernel name, slowest first.
-    pub kernels: Vec<(&'static str, f64)>,
-    /// Timed by GPU timestamps within the step (else each dispatch alone, from the host).
-    pub timestamps: bool,
-    /// Seconds from the first kernel's start to the last one's end.
-    pub span: f64,
 }
 
 /// What one step of a prompt read by [`Model::prefill`] should take: long enough that the

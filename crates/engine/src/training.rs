@@ -8,7 +8,6 @@
 use crate::activations::{ActivationMode, ActivationStore};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, GraphIo};
-use crate::kernels::Dispatch;
 use crate::model::Model;
 use crate::models::record_forward;
 use crate::ops::{self, Step, matvec::PREFILL_TILE};
@@ -107,8 +106,8 @@ impl Model {
             if let Some(saved) = recurrent_in.get(s) {
                 self.copy_recurrent_state(&mut encoder, saved, 0..saved.len(), true);
             }
-            encode(&mut encoder, graph, chunk.len() as u32);
-            ctx.queue.submit([encoder.finish()]);
+            self.submit_graph(encoder, graph, chunk.len() as u32)
+                .await?;
             self.seqs[0].extend_from_slice(chunk);
         }
         ctx.check()?;
@@ -226,7 +225,10 @@ impl TrainingForward {
         let mut encoder = ctx.device.create_command_encoder(&Default::default());
         model.copy_recurrent_state(&mut encoder, &keep, layer..layer + 1, true);
         model.copy_recurrent_state(&mut encoder, saved, layer..layer + 1, false);
-        encode(&mut encoder, &graph, chunk.len() as u32);
+        model
+            .submit_graph(encoder, &graph, chunk.len() as u32)
+            .await?;
+        let mut encoder = ctx.device.create_command_encoder(&Default::default());
         model.copy_recurrent_state(&mut encoder, &keep, layer..layer + 1, false);
         ctx.queue.submit([encoder.finish()]);
         ctx.check()
@@ -262,15 +264,5 @@ impl TrainingForward {
             .map(|b| b.size())
             .sum();
         stores + recurrent
-    }
-}
-
-fn encode(encoder: &mut wgpu::CommandEncoder, graph: &[Dispatch], n: u32) {
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some("training forward"),
-        ..Default::default()
-    });
-    for d in graph {
-        d.record(&mut pass, n);
     }
 }

@@ -223,8 +223,8 @@ pub fn attention_backward(
             {
                 m = m.flag("SUBGROUPS");
             }
-            // Two rows loaded (a share and the spread), two dot products, one accumulation.
-            let row_steps = 4 * hd4 + 2 * hd4.div_ceil(LANES) + 2;
+            // A row loaded: a share and the spread.
+            let load = hd4 + hd4.div_ceil(LANES);
             (
                 m,
                 Grid::PerTokens {
@@ -232,8 +232,11 @@ pub fn attention_backward(
                     per_y: LANES,
                 },
                 Grid::Fixed([ctx_rows.div_ceil(LANES), n_kv, 1]),
-                row_steps,
-                group * row_steps + 1,
+                // dq: three rows loaded, two dot products and one accumulation, in three
+                // chunk loops.
+                3 * load + 3 * hd4 + 4,
+                // dk, dv: two rows loaded, two dot products, two accumulations.
+                group * (2 * load + 4 * hd4 + 2) + 1,
             )
         }
         _ => {
