@@ -229,7 +229,7 @@ fn profiled_training_passes_compute_the_same_gradients() {
     let mut targets = tokens[1..].to_vec();
     targets.push(0);
     let coef = vec![-0.05; tokens.len()];
-    let mut gradients = |m: &mut Model| {
+    let gradients = |m: &mut Model| {
         let fwd =
             pollster::block_on(m.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
         pollster::block_on(m.lora_gradients(&fwd, &targets, &coef)).unwrap()

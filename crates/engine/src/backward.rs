@@ -28,6 +28,7 @@ use crate::activations::{
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::graph::Graph;
+use crate::kernels::Dispatch;
 use crate::linear::Linear;
 use crate::model::Model;
 use crate::ops::{
@@ -351,6 +352,7 @@ pub fn linear_backward(
     let mm = |g: &mut Graph, a, b, c: &Tensor, mnk, alpha, acc, tokens| -> Result<()> {
         let d = ops::matmul::matmul(
             g.ctx,
+            ops::matmul::MatmulLayout::for_context(g.ctx),
             a,
             b,
             &c.buffer,
@@ -764,7 +766,11 @@ impl Model {
             g.tile,
             false,
         )? {
-            g.push(d);
+            // Named apart in profiles: the head is the largest matrix by far.
+            g.push(Dispatch {
+                label: "lm_head",
+                ..d
+            });
         }
         Ok(())
     }
@@ -801,7 +807,10 @@ impl Model {
             g.step,
             false,
         )? {
-            g.push(d);
+            g.push(Dispatch {
+                label: "lm_head_backward",
+                ..d
+            });
         }
         rms_norm_backward(g, x, norm, rstd, &b.d_norm, &b.g, 1, false)
     }

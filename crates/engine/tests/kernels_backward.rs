@@ -9,7 +9,7 @@
 //! Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
 
 use lilypad_engine::ops::attention::AttentionLayout;
-use lilypad_engine::ops::matmul::{Operand, TokenDim};
+use lilypad_engine::ops::matmul::{MatmulLayout, Operand, TokenDim};
 use lilypad_engine::ops::rms_norm::GateGrad;
 use lilypad_engine::ops::{self, Step, rope::RopeMode};
 use lilypad_engine::tensor::DType;
@@ -342,79 +342,116 @@ fn transpose(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     t
 }
 
+/// Both layouts, every orientation, with the step's token count standing for m, for k or for
+/// neither; c's widths cover the per-thread layout's workgroup shapes (1, 2, 4 and 6 column
+/// blocks of 4, edges included).
 #[test]
 fn matmul_matches_reference_in_every_orientation() {
     let gpu = gpu_or_skip!();
     let mut r = seeded();
-    // c [m, n] = A [m, k] · B [k, n]; stored operands are padded (strides past the widths).
-    let (m, n, k) = (19usize, 23usize, 37usize);
-    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-        let a = randn(&mut r, m * k, 1.0);
-        let b = randn(&mut r, k * n, 1.0);
-        let want = matmul_f64(&f64s(&a), &f64s(&b), m, k, n);
-        // Stored layouts: A as [m, k] or as Aᵀ [k, m], each row padded by 3.
-        let store = |v: &[f32], rows: usize, cols: usize, t: bool| -> (Vec<f32>, usize) {
-            let src = if t {
-                transpose(&f64s(v), rows, cols)
-            } else {
-                f64s(v)
-            };
-            let (sr, sc) = if t { (cols, rows) } else { (rows, cols) };
-            let stride = sc + 3;
-            let mut out = vec![f32::NAN; sr * stride];
-            for i in 0..sr {
-                for j in 0..sc {
-                    out[i * stride + j] = src[i * sc + j] as f32;
-                }
+    for (layout, (m, n, k, tokens)) in [MatmulLayout::Tiled, MatmulLayout::PerThread]
+        .into_iter()
+        .flat_map(|l| {
+            [
+                (19usize, 23usize, 37usize, TokenDim::Rows),
+                (21, 16, 37, TokenDim::Inner),
+                (13, 6, 70, TokenDim::None),
+                (9, 4, 5, TokenDim::Rows),
+                (35, 8, 64, TokenDim::Inner),
+            ]
+            .map(|c| (l, c))
+        })
+    {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            check_matmul(&gpu, &mut r, layout, [m, n, k], tokens, ta, tb);
+        }
+    }
+}
+
+/// One [`check`](matmul_matches_reference_in_every_orientation) case: the step holds 4 tokens
+/// fewer than the size they stand for, and rows of c past the step's stay untouched.
+fn check_matmul(
+    gpu: &Gpu,
+    r: &mut StdRng,
+    layout: MatmulLayout,
+    [m, n, k]: [usize; 3],
+    tokens: TokenDim,
+    ta: bool,
+    tb: bool,
+) {
+    let a = randn(r, m * k, 1.0);
+    let b = randn(r, k * n, 1.0);
+    let (step_tokens, m_used, k_used) = match tokens {
+        TokenDim::Rows => (m - 4, m - 4, k),
+        TokenDim::Inner => (k - 4, m, k - 4),
+        TokenDim::None => (1, m, k),
+    };
+    // A [m, k_used] · B [k_used, n]: the first k_used columns of A and rows of B.
+    let a_used: Vec<f32> = (0..m)
+        .flat_map(|i| a[i * k..i * k + k_used].to_vec())
+        .collect();
+    let want = matmul_f64(&f64s(&a_used), &f64s(&b[..k_used * n]), m, k_used, n);
+    // Stored layouts: A as [m, k] or as Aᵀ [k, m], each row padded by 3.
+    let store = |v: &[f32], rows: usize, cols: usize, t: bool| -> (Vec<f32>, usize) {
+        let src = if t {
+            transpose(&f64s(v), rows, cols)
+        } else {
+            f64s(v)
+        };
+        let (sr, sc) = if t { (cols, rows) } else { (rows, cols) };
+        let stride = sc + 3;
+        let mut out = vec![f32::NAN; sr * stride];
+        for i in 0..sr {
+            for j in 0..sc {
+                out[i * stride + j] = src[i * sc + j] as f32;
             }
-            (out, stride)
-        };
-        let (sa, lda) = store(&a, m, k, ta);
-        let (sb, ldb) = store(&b, k, n, tb);
-        let (ba, bb) = (gpu.upload(&sa), gpu.upload(&sb));
-        let operand = |buf, stride, t| Operand {
-            buf,
-            stride: stride as u32,
-            transposed: t,
-        };
-        let ldc = n + 2;
-        let start = randn(&mut r, m * ldc, 1.0);
-        for (accumulate, alpha) in [(false, 1.0f32), (true, -0.75)] {
-            let c = gpu.upload(&start);
-            // The step's token count (m − 4) stands for m: rows past it stay untouched.
-            let tokens = m - 4;
-            let step = gpu.step_of(Step::new(tokens as u32, 0));
-            let d = ops::matmul::matmul(
-                &gpu.0,
-                operand(&ba, lda, ta),
-                operand(&bb, ldb, tb),
-                &c,
-                [m as u32, n as u32, k as u32],
-                ldc as u32,
-                alpha,
-                accumulate,
-                TokenDim::Rows,
-                &step,
-            )
-            .unwrap();
-            gpu.run(&[d], tokens);
-            let got = gpu.read(&c, m * ldc);
-            for i in 0..m {
-                for j in 0..ldc {
-                    let g = got[i * ldc + j] as f64;
-                    let s = start[i * ldc + j] as f64;
-                    let w = if i < tokens && j < n {
-                        alpha as f64 * want[i * n + j] + if accumulate { s } else { 0.0 }
-                    } else {
-                        s
-                    };
-                    assert!(
-                        (g - w).abs() <= 1e-5 * (w.abs() + k as f64),
-                        "A{} B{} accumulate {accumulate}: c[{i}, {j}] = {g}, want {w}",
-                        if ta { "ᵀ" } else { "" },
-                        if tb { "ᵀ" } else { "" },
-                    );
-                }
+        }
+        (out, stride)
+    };
+    let (sa, lda) = store(&a, m, k, ta);
+    let (sb, ldb) = store(&b, k, n, tb);
+    let (ba, bb) = (gpu.upload(&sa), gpu.upload(&sb));
+    let operand = |buf, stride, t| Operand {
+        buf,
+        stride: stride as u32,
+        transposed: t,
+    };
+    let ldc = n + 2;
+    let start = randn(r, m * ldc, 1.0);
+    for (accumulate, alpha) in [(false, 1.0f32), (true, -0.75)] {
+        let c = gpu.upload(&start);
+        let step = gpu.step_of(Step::new(step_tokens as u32, 0));
+        let d = ops::matmul::matmul(
+            &gpu.0,
+            layout,
+            operand(&ba, lda, ta),
+            operand(&bb, ldb, tb),
+            &c,
+            [m as u32, n as u32, k as u32],
+            ldc as u32,
+            alpha,
+            accumulate,
+            tokens,
+            &step,
+        )
+        .unwrap();
+        gpu.run(&[d], step_tokens);
+        let got = gpu.read(&c, m * ldc);
+        for i in 0..m {
+            for j in 0..ldc {
+                let g = got[i * ldc + j] as f64;
+                let s = start[i * ldc + j] as f64;
+                let w = if i < m_used && j < n {
+                    alpha as f64 * want[i * n + j] + if accumulate { s } else { 0.0 }
+                } else {
+                    s
+                };
+                assert!(
+                    (g - w).abs() <= 1e-5 * (w.abs() + k as f64),
+                    "{layout:?} [{m}, {n}, {k}] {tokens:?} A{} B{} accumulate {accumulate}: c[{i}, {j}] = {g}, want {w}",
+                    if ta { "ᵀ" } else { "" },
+                    if tb { "ᵀ" } else { "" },
+                );
             }
         }
     }
@@ -427,6 +464,7 @@ fn matmul_rejects_strides_too_narrow() {
     let step = gpu.step_of(Step::new(1, 0));
     let err = ops::matmul::matmul(
         &gpu.0,
+        MatmulLayout::Tiled,
         Operand::new(&b, 3),
         Operand::new(&b, 4),
         &b,
@@ -510,8 +548,10 @@ fn lora_gradients_match_finite_differences() {
         zeros(t * n_in),
     );
     let (ti, to, tr) = (n_in as u32, n_out as u32, rank as u32);
+    // The adapter's own layout (the matmul test covers both).
+    let layout = MatmulLayout::for_context(g);
     let mm = |a, b, c, mnk, ldc, alpha, acc, tokens| {
-        ops::matmul::matmul(g, a, b, c, mnk, ldc, alpha, acc, tokens, &step).unwrap()
+        ops::matmul::matmul(g, layout, a, b, c, mnk, ldc, alpha, acc, tokens, &step).unwrap()
     };
     let mut ds = vec![
         // u [t, r] = x · Aᵀ

@@ -3,8 +3,32 @@ use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::{bind, params};
 
-/// Rows and columns of c per workgroup (`shaders/matmul.wgsl`).
+/// Rows and columns of c per workgroup of the tiled layout (`shaders/matmul.wgsl`).
 const TILE: u32 = 16;
+/// Lanes per workgroup of the per-thread layout, each computing a 4 × 4 block of c.
+const LANES: u32 = 8;
+/// Loop steps one invocation may take: CPU adapters (llvmpipe) end a shader's loops after
+/// 65535 in all, silently; the per-thread layout walks the whole summed dimension.
+const LOOP_BUDGET: u32 = 60_000;
+
+/// How threads share the work of [`matmul`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulLayout {
+    /// 16 × 16 tiles through workgroup memory: GPUs.
+    Tiled,
+    /// A 4 × 4 block of c per thread, no barriers: CPU adapters.
+    PerThread,
+}
+
+impl MatmulLayout {
+    /// CPU adapters (those that get matvec's row-per-thread layout) get blocks per thread.
+    pub fn for_context(ctx: &GpuContext) -> Self {
+        match ctx.matvec_layout {
+            crate::ops::matvec::MatvecLayout::RowPerThread { .. } => Self::PerThread,
+            crate::ops::matvec::MatvecLayout::RowPerWorkgroup => Self::Tiled,
+        }
+    }
+}
 
 /// An f32 row-major matrix operand of [`matmul`]: its buffer, floats per stored row, and
 /// whether the product reads it transposed.
@@ -47,9 +71,11 @@ pub enum TokenDim {
 
 /// c[i, j] (+)= alpha · Σ_l A[i, l] · B[l, j] for c [m, n] (row stride `ldc`), A [m, k] and
 /// B [k, n] as the operands present them: the dense f32 products of a LoRA adapter's
-/// gradients. `tokens` names the size that is the step's token count.
+/// gradients. `tokens` names the size that is the step's token count. The per-thread layout
+/// takes k of at most [`LOOP_BUDGET`]; a longer k gets the tiled one.
 pub fn matmul(
     ctx: &GpuContext,
+    layout: MatmulLayout,
     a: Operand,
     b: Operand,
     c: &wgpu::Buffer,
@@ -87,6 +113,18 @@ pub fn matmul(
             macros = macros.flag(flag);
         }
     }
+    let per_thread = layout == MatmulLayout::PerThread && k <= LOOP_BUDGET;
+    // Column blocks per workgroup row: all 8 lanes side by side, or, for a c of 1, 2 or 4
+    // column blocks, that many with row blocks under them.
+    let col_blocks = n.div_ceil(4);
+    let cb = if col_blocks < LANES && LANES.is_multiple_of(col_blocks) {
+        col_blocks
+    } else {
+        LANES
+    };
+    if per_thread {
+        macros = macros.flag("PER_THREAD").u32("CB", cb);
+    }
     let pipeline = ctx.pipeline("matmul.wgsl", "matmul", &macros)?;
     let token_dim = match tokens {
         TokenDim::None => 0,
@@ -109,12 +147,17 @@ pub fn matmul(
             (3, bind(&p)),
             (4, bind(step)),
         ],
-        match tokens {
-            TokenDim::Rows => Grid::PerTokens {
+        match (per_thread, tokens) {
+            (true, TokenDim::Rows) => Grid::PerTokens {
+                x: col_blocks.div_ceil(cb),
+                per_y: 4 * LANES / cb,
+            },
+            (true, _) => Grid::Fixed([col_blocks.div_ceil(cb), m.div_ceil(4 * LANES / cb), 1]),
+            (false, TokenDim::Rows) => Grid::PerTokens {
                 x: n.div_ceil(TILE),
                 per_y: TILE,
             },
-            _ => Grid::Fixed([n.div_ceil(TILE), m.div_ceil(TILE), 1]),
+            (false, _) => Grid::Fixed([n.div_ceil(TILE), m.div_ceil(TILE), 1]),
         },
     ))
 }
