@@ -34,6 +34,9 @@ prlimit --data=$((3 << 30)) -- cargo test -q "${HOSTILE[@]}"
 scripts/fuzz.sh 15
 # --all-targets: no doc-test pass (there are none), so the log closes on real tests.
 cargo test --workspace --all-targets "$@"
+# The backward kernels whose layout follows the adapter's, in the GPU layout too (this
+# machine's lavapipe gets the CPU one above); the forward's take minutes in it, so not those.
+LILYPAD_MATVEC=workgroup cargo test -q -p lilypad-engine --test kernels_backward
 # Real-model agent runs on SwiftShader take about 10 minutes each: the default suite skips
 # them (0 steps), scripts/test-extended.sh runs them.
 if [[ "${LILYPAD_EXTENDED:-0}" != 1 ]]; then

@@ -9,7 +9,10 @@
 // 65535 iterations per invocation (llvmpipe's loop limiter, shared by all of a shader's
 // loops), so no invocation walks more than a few thousand rows. The token loop has a
 // constant bound so that it unrolls.
-// Macros: one weight type flag, WG, TILE, ACCUMULATE.
+// SUBGROUPS (native CPU adapters, with WG = TILE = 8): where the workgroup is one subgroup,
+// lane i loads token i's gradients and subgroup broadcasts hand them to the others, instead
+// of every lane loading every token's (storage loads are issued lane by lane there).
+// Macros: one weight type flag, WG, TILE, ACCUMULATE, SUBGROUPS.
 
 #include "common/step.wgsl"
 
@@ -31,28 +34,73 @@ struct Params {
 #include "common/quant.wgsl"
 
 @compute @workgroup_size(WG)
-fn matvec_backward(@builtin(global_invocation_id) gid: vec3<u32>) {
+fn matvec_backward(
+    @builtin(global_invocation_id) gid: vec3<u32>,
+#if SUBGROUPS
+    @builtin(subgroup_size) sg_size: u32,
+    @builtin(subgroup_invocation_id) sg_id: u32,
+#endif
+) {
     let u = gid.x;
     let t0 = gid.y * TILE;
-    if u >= p.cols / 8u || t0 >= step.n_tokens {
+    if t0 >= step.n_tokens {
         return;
     }
+#if SUBGROUPS
+    // Every lane takes part in the broadcasts: lanes past the last unit repeat it and store
+    // nothing.
+    let shared_dy = sg_size == WG && WG == 8u && TILE == 8u;
+    let uu = min(u, p.cols / 8u - 1u);
+#else
+    if u >= p.cols / 8u {
+        return;
+    }
+    let uu = u;
+#endif
     let nt = min(TILE, step.n_tokens - t0);
     var acc_a: array<vec4<f32>, TILE>;
     var acc_b: array<vec4<f32>, TILE>;
-    for (var r = p.row_begin; r < p.row_end; r++) {
-        let w = load_unit(r, u, p.cols);
+    // Four rows at a time: each token's four products are summed before they reach its
+    // accumulators (on CPU adapters these live in memory, and adding to them was most of the
+    // kernel's time). Rows past the end repeat the last one with a zero gradient.
+    let rl = p.row_end - 1u;
+    for (var r = p.row_begin; r < p.row_end; r += 4u) {
+        let r1 = min(r + 1u, rl);
+        let r2 = min(r + 2u, rl);
+        let r3 = min(r + 3u, rl);
+        let live = vec4<f32>(1.0, f32(r + 1u <= rl), f32(r + 2u <= rl), f32(r + 3u <= rl));
+        let w0 = load_unit(r, uu, p.cols);
+        let w1 = load_unit(r1, uu, p.cols);
+        let w2 = load_unit(r2, uu, p.cols);
+        let w3 = load_unit(r3, uu, p.cols);
+#if SUBGROUPS
+        if shared_dy {
+            let mr = (t0 + min(sg_id, nt - 1u)) * p.dy_stride + p.row_offset;
+            let mine = vec4<f32>(dy[mr + r], dy[mr + r1], dy[mr + r2], dy[mr + r3]) * live;
+            let gs = array<vec4<f32>, 8>(subgroupBroadcast(mine, 0u), subgroupBroadcast(mine, 1u),
+                                         subgroupBroadcast(mine, 2u), subgroupBroadcast(mine, 3u),
+                                         subgroupBroadcast(mine, 4u), subgroupBroadcast(mine, 5u),
+                                         subgroupBroadcast(mine, 6u), subgroupBroadcast(mine, 7u));
+            for (var k = 0u; k < TILE; k++) {
+                let g = gs[k];
+                acc_a[k] += w0.a * g.x + w1.a * g.y + w2.a * g.z + w3.a * g.w;
+                acc_b[k] += w0.b * g.x + w1.b * g.y + w2.b * g.z + w3.b * g.w;
+            }
+            continue;
+        }
+#endif
         for (var k = 0u; k < TILE; k++) {
-            let g = dy[(t0 + min(k, nt - 1u)) * p.dy_stride + p.row_offset + r];
-            acc_a[k] += w.a * g;
-            acc_b[k] += w.b * g;
+            let row = (t0 + min(k, nt - 1u)) * p.dy_stride + p.row_offset;
+            let g = vec4<f32>(dy[row + r], dy[row + r1], dy[row + r2], dy[row + r3]) * live;
+            acc_a[k] += w0.a * g.x + w1.a * g.y + w2.a * g.z + w3.a * g.w;
+            acc_b[k] += w0.b * g.x + w1.b * g.y + w2.b * g.z + w3.b * g.w;
         }
     }
     // The unit's columns (as vec4 indices within a row), the same in every row.
-    let w = load_unit(0u, u, p.cols);
+    let w = load_unit(0u, uu, p.cols);
     let row4 = p.cols / 4u;
     for (var k = 0u; k < TILE; k++) {
-        if k >= nt {
+        if k >= nt || u >= p.cols / 8u {
             break;
         }
         let ia = (t0 + k) * row4 + w.ia;

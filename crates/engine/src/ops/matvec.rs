@@ -270,8 +270,8 @@ fn dispatches(
 /// Tokens per thread of [`matvec_backward`]: each decoded weight unit serves this many.
 const BACKWARD_TILE: u32 = 8;
 /// Rows one [`matvec_backward`] dispatch walks: CPU adapters end a loop after 65535 iterations
-/// per invocation (llvmpipe), and a thread walks its rows with up to `BACKWARD_TILE` + 1 loop
-/// steps each.
+/// per invocation (llvmpipe), and a thread walks its rows four at a time with up to
+/// `BACKWARD_TILE` + 1 loop steps each (a margin kept for other compilers' unrolling).
 pub const BACKWARD_ROWS: u32 = 4096;
 
 /// dx[t, c] (+)= Σ_j W[j, c] · dy[t, j] for the step's tokens: the input gradient of
@@ -296,10 +296,25 @@ pub fn matvec_backward(
             ),
         });
     }
-    let base = Macros::new()
+    // CPU adapters with subgroups: one 8-lane subgroup per workgroup shares the gradients'
+    // loads (see the shader).
+    let subgroups = matches!(
+        ctx.matvec_layout,
+        MatvecLayout::RowPerThread {
+            subgroups: true,
+            ..
+        }
+    ) && cfg!(not(target_arch = "wasm32"))
+        && ctx.features.contains(wgpu::Features::SUBGROUP)
+        && BACKWARD_TILE == CPU_WG;
+    let wg = if subgroups { CPU_WG } else { WG };
+    let mut base = Macros::new()
         .flag(type_macro(w.ty))
-        .u32("WG", WG)
+        .u32("WG", wg)
         .u32("TILE", BACKWARD_TILE);
+    if subgroups {
+        base = base.flag("SUBGROUPS");
+    }
     let set = ctx.pipeline("matvec_backward.wgsl", "matvec_backward", &base)?;
     let add = ctx.pipeline(
         "matvec_backward.wgsl",
@@ -333,7 +348,7 @@ pub fn matvec_backward(
                     (5, bind(step)),
                 ],
                 Grid::PerTokens {
-                    x: (w.cols as u32 / 8).div_ceil(WG),
+                    x: (w.cols as u32 / 8).div_ceil(wg),
                     per_y: BACKWARD_TILE,
                 },
             ));
