@@ -169,6 +169,51 @@ fn training_log_probs_equal_inference() {
     );
 }
 
+/// The base model's log-probabilities with the adapter still loaded (a KL penalty's
+/// reference) equal those of the same model with no adapter, and differ from the adapted
+/// model's; the adapter is untouched afterwards. 21 tokens in steps of 8: steps of 8, 8 and 5.
+#[test]
+fn base_log_probs_leave_the_adapter_out() {
+    let Some(mut m) = model() else {
+        return;
+    };
+    let tokens: Vec<u32> = (0..21).map(|i| (i * 41 + 5) % 500).collect();
+    let targets: Vec<u32> = tokens.iter().map(|t| (t * 3 + 1) % 512).collect();
+    let run = |m: &mut Model, base: bool| {
+        m.truncate(0);
+        if base {
+            pollster::block_on(m.base_log_probs(0, &tokens, &targets)).unwrap()
+        } else {
+            pollster::block_on(m.log_probs(0, &tokens, &targets)).unwrap()
+        }
+    };
+    let adapted = run(&mut m, false);
+    let base = run(&mut m, true);
+    assert_eq!(
+        run(&mut m, false),
+        adapted,
+        "the adapter is still on afterwards"
+    );
+    m.set_lora(None).unwrap();
+    let plain = run(&mut m, false);
+    let worst = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(
+        worst(&base, &plain) < 1e-5,
+        "base vs no adapter: max |Δ log p| {}",
+        worst(&base, &plain)
+    );
+    assert!(
+        worst(&base, &adapted) > 1e-3,
+        "the fixture's adapter moves the log-probabilities: {}",
+        worst(&base, &adapted)
+    );
+}
+
 /// A gradient holding a NaN (here from a NaN loss weight) is a typed error that changes
 /// nothing: the adapter, its moments and the step count stay as they were, the gradient
 /// buffers are cleared, and the next finite step goes ahead as if the bad one never came.

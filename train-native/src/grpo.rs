@@ -3,7 +3,8 @@
 //! deviation, or not: Dr. GRPO), the importance ratio against the log-probabilities recorded
 //! when the rollout was sampled, clipped asymmetrically (DAPO's ε_low 0.2, ε_high 0.28),
 //! token-level normalisation over the batch (DAPO), and dynamic sampling's test for a group
-//! that carries any signal. No KL term.
+//! that carries any signal. No KL term by default; optionally one to the adapter-free base
+//! model ([`kl_penalty`]).
 //!
 //! The engine differentiates L = Σ_t coef[t] · log p(token t) (`Model::lora_backward`); this
 //! module turns a batch of scored rollouts into the loss and those per-token weights,
@@ -122,6 +123,50 @@ pub fn clipped_objective(rollouts: &[RolloutTokens], clip: ClipRange) -> Objecti
     }
 }
 
+/// A KL penalty's share of the loss over one rollout, and its per-token weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KlPenalty {
+    /// β · (1/N) Σ_trained t KL_t.
+    pub loss: f64,
+    /// Σ_trained t KL_t (for the batch's mean KL).
+    pub kl_sum: f64,
+    /// ∂loss/∂logp per token (0 for untrained tokens).
+    pub coef: Vec<f32>,
+}
+
+/// β times the KL divergence from the reference policy (the base model without the adapter),
+/// estimated per trained token as GRPO does (the "k3" estimator, unbiased and never negative):
+/// KL_t = exp(ref − logp) − (ref − logp) − 1, normalised by the batch's N trained tokens like
+/// the policy term. Its gradient: ∂KL_t/∂logp = 1 − exp(ref − logp).
+pub fn kl_penalty(
+    logp: &[f32],
+    logp_ref: &[f32],
+    trained: &[bool],
+    beta: f64,
+    n: usize,
+) -> KlPenalty {
+    let n = n.max(1) as f64;
+    let mut kl_sum = 0.0;
+    let coef = logp
+        .iter()
+        .zip(logp_ref)
+        .zip(trained)
+        .map(|((&lp, &rf), &trained)| {
+            if !trained {
+                return 0.0;
+            }
+            let d = rf as f64 - lp as f64;
+            kl_sum += d.exp() - d - 1.0;
+            (beta / n * (1.0 - d.exp())) as f32
+        })
+        .collect();
+    KlPenalty {
+        loss: beta * kl_sum / n,
+        kl_sum,
+        coef,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,5 +255,35 @@ mod tests {
             "{o:?}"
         );
         assert!((o.loss + 1.0).abs() < 1e-12);
+    }
+
+    /// The KL term is zero where the policy equals the reference, positive elsewhere, and its
+    /// weights are the loss's derivative (central differences at every trained token).
+    #[test]
+    fn kl_penalty_is_the_derivative_of_its_loss() {
+        let logp = [-1.2f32, -0.3, -2.5, -0.9];
+        let reference = [-1.0f32, -0.3, -3.1, -0.2];
+        let trained = [true, true, false, true];
+        let (beta, n) = (0.04, 7);
+        let same = kl_penalty(&logp, &logp, &trained, beta, n);
+        assert_eq!(same.loss, 0.0);
+        assert!(same.coef.iter().all(|&c| c == 0.0));
+        let k = kl_penalty(&logp, &reference, &trained, beta, n);
+        assert!(k.loss > 0.0 && k.kl_sum > 0.0);
+        assert_eq!(k.coef[2], 0.0, "an untrained token has no weight");
+        let h = 1e-3f32;
+        for t in [0usize, 1, 3] {
+            let moved = |d: f32| {
+                let mut lp = logp;
+                lp[t] += d;
+                kl_penalty(&lp, &reference, &trained, beta, n).loss
+            };
+            let slope = (moved(h) - moved(-h)) / (2.0 * h as f64);
+            assert!(
+                (slope - k.coef[t] as f64).abs() < 1e-6,
+                "token {t}: {slope} vs {}",
+                k.coef[t]
+            );
+        }
     }
 }

@@ -73,6 +73,10 @@ pub struct RunConfig {
     pub eval: Option<EvalConfig>,
     #[serde(default = "default_norm")]
     pub advantage: String,
+    /// β of a KL penalty to the adapter-free base model, per trained token (0: none, the
+    /// default, as FrogNano was trained).
+    #[serde(default)]
+    pub kl: f64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -180,6 +184,9 @@ impl RunConfig {
         }
         if config.adapter.rank == 0 || config.steps == 0 || config.groups_per_step == 0 {
             bail!("adapter.rank, steps and groups_per_step must be at least 1");
+        }
+        if !(config.kl.is_finite() && config.kl >= 0.0) {
+            bail!("kl must be a coefficient of 0 or more, not {}", config.kl);
         }
         Ok(config)
     }
@@ -325,6 +332,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
             },
         ),
     };
+    trainer.kl = config.kl;
     let name = config
         .model
         .file_name()

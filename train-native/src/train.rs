@@ -15,7 +15,9 @@ use lilypad_engine::{
 use lilypad_gguf::GgufFile;
 use serde::{Deserialize, Serialize};
 
-use crate::grpo::{AdvantageNorm, ClipRange, RolloutTokens, advantages, clipped_objective};
+use crate::grpo::{
+    AdvantageNorm, ClipRange, RolloutTokens, advantages, clipped_objective, kl_penalty,
+};
 
 /// One sampled episode.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,6 +84,9 @@ pub struct UpdateStats {
     pub clipped: usize,
     /// Mean −log p of the trained tokens: an entropy estimate of the sampled policy.
     pub neg_logp: f64,
+    /// Mean KL divergence per trained token from the adapter-free base model (its k3
+    /// estimate), where the objective has a KL term; 0 otherwise.
+    pub kl: f64,
     pub grad_norm: f32,
     pub forward_backward_ms: f64,
     pub optimizer_ms: f64,
@@ -97,6 +102,8 @@ pub struct Trainer {
     pub clip: ClipRange,
     pub norm: AdvantageNorm,
     pub mode: ActivationMode,
+    /// β of the KL penalty to the adapter-free base model (0: none, the default).
+    pub kl: f64,
 }
 
 impl Trainer {
@@ -108,6 +115,7 @@ impl Trainer {
             clip: ClipRange::default(),
             norm,
             mode: ActivationMode::Keep,
+            kl: 0.0,
         })
     }
 
@@ -125,6 +133,7 @@ impl Trainer {
             clip: ClipRange::default(),
             norm,
             mode: ActivationMode::Keep,
+            kl: 0.0,
         })
     }
 
@@ -175,6 +184,14 @@ impl Trainer {
             if n_trained == 0 || tokens.is_empty() {
                 continue;
             }
+            // The reference policy's, first: the pass leaves the base model's state in slot 0,
+            // which the training forward pass then replaces.
+            let logp_ref = if self.kl > 0.0 {
+                model.truncate(0);
+                Some(model.base_log_probs(0, tokens, &targets).await?)
+            } else {
+                None
+            };
             // The policy's log-probabilities: from the kept activations, or (checkpointed,
             // where they are not all kept) through the inference path, which gives the same.
             let (fwd, logp) = if self.mode == ActivationMode::Keep {
@@ -213,13 +230,21 @@ impl Trainer {
             let rescale = n_trained as f64 / total as f64;
             stats.loss += one.loss * rescale;
             stats.clipped += one.clipped;
-            if *advantage == 0.0 {
-                continue;
-            }
-            let coef: Vec<f32> = one.coef[0]
+            let mut coef: Vec<f32> = one.coef[0]
                 .iter()
                 .map(|&c| (c as f64 * rescale) as f32)
                 .collect();
+            if let Some(logp_ref) = &logp_ref {
+                let kl = kl_penalty(&logp, logp_ref, &trained, self.kl, total);
+                stats.loss += kl.loss;
+                stats.kl += kl.kl_sum / total as f64;
+                for (c, k) in coef.iter_mut().zip(&kl.coef) {
+                    *c += k;
+                }
+            }
+            if coef.iter().all(|&c| c == 0.0) {
+                continue;
+            }
             model
                 .lora_backward(&fwd, &targets, &coef, &self.grads)
                 .await?;
@@ -453,5 +478,70 @@ mod tests {
         };
         assert_eq!(e.targets(), [11, 12, 13, 0]);
         assert_eq!(e.trained(), [false, true, true, false]);
+    }
+
+    /// With a KL coefficient and no advantage (a group whose rewards are equal), an update
+    /// only pulls the policy toward the adapter-free base model: the measured KL falls.
+    /// Without one, the same update has no gradient at all.
+    #[test]
+    fn the_kl_term_pulls_the_policy_toward_the_base_model() {
+        let Some(mut session) = crate::testing::tiny_llama_session(64) else {
+            return;
+        };
+        let model = session.model_mut();
+        let targets = model.lora_targets();
+        let mut adapter = crate::run::initial_adapter(&targets, 4, 8.0, 5);
+        // A non-zero B, so the adapted policy starts away from the base.
+        for (i, t) in adapter.tensors.iter_mut().enumerate() {
+            for (j, b) in t.b.iter_mut().enumerate() {
+                *b = (((i * 31 + j * 17) % 13) as f32 / 13.0 - 0.5) * 0.1;
+            }
+        }
+        model.set_lora(Some(&adapter)).unwrap();
+        let tokens: Vec<u32> = (0..24).map(|i| (i * 29 + 3) % 500).collect();
+        let episode = |reward| Episode {
+            transcript: lilypad_chat::Transcript {
+                tokens: tokens.clone(),
+                generated: (0..24).map(|i| i >= 8).collect(),
+            },
+            reward,
+            logp_old: None,
+        };
+        let groups = [vec![episode(1.0), episode(1.0)]];
+        let trained = groups[0][0].trained();
+        let kl = |model: &mut Model| -> f64 {
+            let t = groups[0][0].targets();
+            model.truncate(0);
+            let base = pollster::block_on(model.base_log_probs(0, &tokens, &t)).unwrap();
+            model.truncate(0);
+            let lp = pollster::block_on(model.log_probs(0, &tokens, &t)).unwrap();
+            let n = trained.iter().filter(|&&t| t).count();
+            crate::grpo::kl_penalty(&lp, &base, &trained, 1.0, n).loss
+        };
+        let mut plain = Trainer::new(model, Default::default(), AdvantageNorm::GroupStd).unwrap();
+        let stats = pollster::block_on(plain.update(model, &groups, 1e-2)).unwrap();
+        assert_eq!(
+            stats.grad_norm, 0.0,
+            "no advantage, no KL: no gradient ({stats:?})"
+        );
+        assert_eq!(stats.kl, 0.0);
+
+        let mut trainer = Trainer::new(model, Default::default(), AdvantageNorm::GroupStd).unwrap();
+        trainer.kl = 0.5;
+        let before = kl(model);
+        // A small step: Adam's first moves every parameter by about the rate, which at 1e-2
+        // overshoots far past the base on this tiny model.
+        let stats = pollster::block_on(trainer.update(model, &groups, 1e-4)).unwrap();
+        let after = kl(model);
+        eprintln!("{stats:?}\nKL to the base: {before:.5} -> {after:.5}");
+        assert!(before > 1e-3, "the adapter moves the policy: {before}");
+        assert!(
+            (stats.kl - before).abs() < 1e-4 * before.max(1.0),
+            "the update measured the KL it started from: {} vs {before}",
+            stats.kl
+        );
+        assert!((stats.loss - 0.5 * stats.kl).abs() < 1e-9, "{stats:?}");
+        assert!(stats.grad_norm > 0.0, "{stats:?}");
+        assert!(after < before * 0.9, "{before} -> {after}");
     }
 }

@@ -42,6 +42,8 @@ pub struct GraphIo<'a> {
     pub lora: Option<&'a Tensor>,
     /// The step may hold tokens of several sequences (batched decode).
     pub multi_sequence: bool,
+    /// Whether the linears' LoRA adapters take part (false: the base model alone).
+    pub adapters: bool,
 }
 
 fn check_rope(x: &Tensor, freqs: &Tensor, head_dim: u32, n_rot: u32) -> Result<()> {
@@ -67,6 +69,7 @@ pub struct Graph<'a> {
     pub max_tokens: u32,
     pub lora: Option<&'a Tensor>,
     pub multi_sequence: bool,
+    pub adapters: bool,
     pub dispatches: Vec<Dispatch>,
 }
 
@@ -79,6 +82,7 @@ impl<'a> Graph<'a> {
             max_tokens,
             lora: io.lora,
             multi_sequence: io.multi_sequence,
+            adapters: io.adapters,
             dispatches: Vec::new(),
         }
     }
@@ -117,7 +121,7 @@ impl<'a> Graph<'a> {
             self.tile,
             write == Write::Add,
         )?);
-        if let Some(lora) = &linear.lora {
+        if let Some(lora) = linear.lora.as_ref().filter(|_| self.adapters) {
             let u = self.lora.ok_or_else(|| {
                 EngineError::Config(format!(
                     "{} has a LoRA adapter but the graph has no LoRA scratch",

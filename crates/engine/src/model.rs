@@ -1005,6 +1005,29 @@ impl Model {
         tokens: &[u32],
         targets: &[u32],
     ) -> Result<Vec<f32>> {
+        self.log_probs_of(seq, tokens, targets, true).await
+    }
+
+    /// [`Model::log_probs`] of the base model alone, as if no adapter were set (the reference
+    /// policy of a KL penalty): the adapter stays loaded, its graph is recorded without it.
+    /// The sequence's state is the base model's afterwards, so truncate it before using it
+    /// with the adapter.
+    pub async fn base_log_probs(
+        &mut self,
+        seq: u32,
+        tokens: &[u32],
+        targets: &[u32],
+    ) -> Result<Vec<f32>> {
+        self.log_probs_of(seq, tokens, targets, false).await
+    }
+
+    async fn log_probs_of(
+        &mut self,
+        seq: u32,
+        tokens: &[u32],
+        targets: &[u32],
+        adapters: bool,
+    ) -> Result<Vec<f32>> {
         if tokens.len() != targets.len() {
             return Err(EngineError::Shape {
                 op: "log_probs",
@@ -1018,6 +1041,22 @@ impl Model {
                 vocab: self.config.vocab() as usize,
             });
         }
+        // Without the adapters: a prefill graph recorded for this call (the stored graphs
+        // have them), which serves steps of every size.
+        let base = if adapters || self.lora_scratch.is_none() {
+            None
+        } else {
+            let io = GraphIo {
+                ctx: &self.ctx,
+                ids: &self.io.ids,
+                step: &self.io.step,
+                tile: PREFILL_TILE,
+                lora: None,
+                multi_sequence: false,
+                adapters: false,
+            };
+            Some(record_forward(self.arch.as_ref(), &io, &self.store)?)
+        };
         let mut out = Vec::with_capacity(tokens.len());
         let size = self.max_batch as usize;
         for (chunk, want) in tokens.chunks(size).zip(targets.chunks(size)) {
@@ -1025,7 +1064,9 @@ impl Model {
                 .queue
                 .write_buffer(&self.io.targets, 0, bytemuck::cast_slice(want));
             let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-            self.encode_step(&mut encoder, seq, chunk, Logits::All);
+            let graph = self.begin_step(&mut encoder, seq, chunk);
+            let graph = base.as_deref().unwrap_or(graph);
+            self.encode_graph(&mut encoder, graph, chunk.len() as u32, Logits::All);
             {
                 let mut pass = encoder.begin_compute_pass(&Default::default());
                 self.gather_log_probs.record(&mut pass, chunk.len() as u32);
@@ -1282,6 +1323,7 @@ fn record_graphs(
             tile,
             lora,
             multi_sequence,
+            adapters: true,
         };
         record_forward(arch, &io, store)
     };

@@ -128,6 +128,7 @@ impl Model {
             tile: PREFILL_TILE,
             lora: self.lora_scratch.as_ref(),
             multi_sequence: false,
+            adapters: true,
         }
     }
 
