@@ -38,27 +38,33 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> k: array<KvScalar>;
 @group(0) @binding(6) var<storage, read_write> v: array<KvScalar>;
 
-// Value d of the head whose first value is x[base], after the rotation.
-fn roped(base: u32, d: u32, pos: f32) -> f32 {
+// Values d and d + 1 (d even) of the head whose first value is x[base], after the rotation.
+fn roped2(base: u32, d: u32, pos: f32) -> vec2<f32> {
+    // n_rot is even, so both values are rotated or neither is.
     if d >= p.n_rot {
-        return x[base + d];
+        return vec2<f32>(x[base + d], x[base + d + 1u]);
     }
-    let half = p.n_rot / 2u;
 #if NEOX
-    let i = d % half;
-    let a = x[base + i];
-    let b = x[base + i + half];
-    let second = d >= half;
+    // Two neighbours belong to two pairs (i, i + half).
+    let half = p.n_rot / 2u;
+    var out: vec2<f32>;
+    for (var j = 0u; j < 2u; j++) {
+        let i = (d + j) % half;
+        let a = x[base + i];
+        let b = x[base + i + half];
+        let theta = pos * freq[i];
+        out[j] = select(a * cos(theta) - b * sin(theta), a * sin(theta) + b * cos(theta), d + j >= half);
+    }
+    return out;
 #else
-    let i = d / 2u;
-    let a = x[base + 2u * i];
-    let b = x[base + 2u * i + 1u];
-    let second = d % 2u == 1u;
-#endif
-    let theta = pos * freq[i];
+    // Two neighbours are one pair: one angle for both.
+    let a = x[base + d];
+    let b = x[base + d + 1u];
+    let theta = pos * freq[d / 2u];
     let c = cos(theta);
     let s = sin(theta);
-    return select(a * c - b * s, a * s + b * c, second);
+    return vec2<f32>(a * c - b * s, a * s + b * c);
+#endif
 }
 
 @compute @workgroup_size(WG)
@@ -73,8 +79,7 @@ fn rope_store(@builtin(global_invocation_id) gid: vec3<u32>) {
     let at = t * width + e;
     let base = t * width + (e / p.head_dim) * p.head_dim;
     let pos = f32(step.tok[t].x);
-    let kv = vec4<f32>(roped(base, e % p.head_dim, pos), roped(base, e % p.head_dim + 1u, pos),
-                       v_new[at], v_new[at + 1u]);
+    let kv = vec4<f32>(roped2(base, e % p.head_dim, pos), v_new[at], v_new[at + 1u]);
     let row = step.tok[t].y;
 #if KV_F16
     let w = row * (width / 2u) + gid.x;

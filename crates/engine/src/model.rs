@@ -129,10 +129,14 @@ impl Default for ModelOptions {
             max_chunk_bytes: None,
             mtp: false,
             sequences: 1,
-            kv_cache: DType::F16,
+            kv_cache: DEFAULT_KV_CACHE,
         }
     }
 }
+
+/// The KV cache's element type unless asked otherwise: f16 keeps the logits within the
+/// reference tolerance (tests/tests/kv_cache.rs) at half the memory.
+pub const DEFAULT_KV_CACHE: DType = DType::F16;
 
 /// Which logits a step produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -648,6 +648,7 @@ fn rope_store_writes_cache_rows() {
         .collect();
     for &(mode, heads, hd, n_rot) in &[
         (RopeMode::Interleaved, 2u32, 40u32, 40u32),
+        (RopeMode::Interleaved, 3, 32, 12),
         (RopeMode::Neox, 2, 64, 16),
         (RopeMode::Neox, 1, 256, 64),
     ] {

@@ -83,7 +83,7 @@ impl<'a> Loader<'a> {
             src,
             max_chunk_bytes,
             sequences: 1,
-            kv_cache: DType::F32,
+            kv_cache: crate::model::DEFAULT_KV_CACHE,
             done: Cell::new(0),
             total,
             progress: RefCell::new(progress),

@@ -144,7 +144,7 @@ pub fn matvec_with(
             Ok(wide
                 .into_iter()
                 .zip(small)
-                .map(|(w, s)| w.with_few_tokens(SMALL_TILE, s))
+                .map(|(wide, small)| wide.with_few_tokens(SMALL_TILE, small))
                 .collect())
         }
         MatvecLayout::RowPerThread { subgroups, rows } => {
