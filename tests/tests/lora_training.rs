@@ -85,7 +85,10 @@ fn training_lowers_the_loss_and_resumes_exactly() {
     let mut losses = vec![run.nll(&mut m)];
     let mut checkpoint = None;
     for step in 1..=8 {
+        // Saved states are keyed by the adapter: each step makes the key a new one.
+        let key = m.state_key();
         run.step(&mut m, &grads, &mut opt);
+        assert_ne!(m.state_key(), key, "step {step} changes the state key");
         losses.push(run.nll(&mut m));
         if step == 4 {
             checkpoint = Some(pollster::block_on(opt.state(&mut m)).unwrap());
@@ -106,7 +109,13 @@ fn training_lowers_the_loss_and_resumes_exactly() {
         return;
     };
     let checkpoint = checkpoint.unwrap();
+    let key = m2.state_key();
     let mut opt2 = LoraAdamW::restore(&mut m2, config, &checkpoint).unwrap();
+    assert_ne!(
+        m2.state_key(),
+        key,
+        "a restored adapter has a key of its own"
+    );
     assert_eq!(opt2.step, 4);
     assert!(
         (run.nll(&mut m2) - losses[4]).abs() < 1e-9,

@@ -379,7 +379,7 @@ impl AgentFamily {
             "resolved": r.resolved, "exit": r.exit, "steps": r.steps,
             "fail_to_pass_fixed": r.fail_to_pass_fixed, "fail_to_pass": r.fail_to_pass,
             "pass_to_pass_broken": r.pass_to_pass_broken, "grade_error": r.grade_error,
-            "agent_s": r.agent_s, "test_s": r.test_s,
+            "agent_s": r.agent_s, "test_s": r.test_s, "prefilled_tokens": r.prefilled_tokens,
             "transcript_tokens": transcript.tokens.len(),
             // The policy's tokens the transcript holds, of those it generated: fewer when a
             // turn re-rendered the conversation (those earlier replies are not trained).
@@ -543,6 +543,7 @@ mod tests {
         let Some(mut session) = tiny_llama_session(8192) else {
             return;
         };
+        crate::rollout::keep_openings(&mut session);
         let (task, _, _) = synthesized_task(&ws, &env);
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("tasks.jsonl");
@@ -566,6 +567,14 @@ mod tests {
         let (group, error) = family.group(&mut session, 0, &sampling, 1, 2, &trajectory);
         assert!(error.is_none(), "{error:?}");
         assert_eq!(group.len(), 2);
+        // The second episode starts after the opening the first one evaluated.
+        let prefilled = |i: usize| group[i].1["prefilled_tokens"].as_u64().unwrap();
+        assert!(
+            prefilled(1) + 3000 < prefilled(0),
+            "{} then {} tokens prefilled",
+            prefilled(0),
+            prefilled(1)
+        );
         let mut episodes = Vec::new();
         for (i, (episode, record)) in group.into_iter().enumerate() {
             let trajectory = trajectory(i);

@@ -579,6 +579,7 @@ fn eval_command(ws: &Workspace, args: &EvalArgs) -> Result<()> {
     if !todo.is_empty() {
         let loaded = lilypad_cli::Loaded::open(&args.model)?;
         let mut session = lilypad_chat::ChatSession::new(loaded.model, loaded.tok, &model_name)?;
+        rollout::keep_openings(&mut session);
         let env_of = |t: &task::Task| {
             envs.iter()
                 .find(|e| e.project.name == t.repo && e.project.version == t.version)
@@ -691,6 +692,7 @@ fn calibrate_command(ws: &Workspace, args: &CalibrateArgs) -> Result<()> {
     );
     let loaded = lilypad_cli::Loaded::open(&args.model)?;
     let mut session = lilypad_chat::ChatSession::new(loaded.model, loaded.tok, &label)?;
+    rollout::keep_openings(&mut session);
     let opts = calibrate::CalibrateOptions {
         k: args.k,
         max_rounds: args.max_rounds,
@@ -787,6 +789,7 @@ fn featadd_command(ws: &Workspace, args: &FeatAddArgs) -> Result<()> {
     let label = model_label(&args.model);
     let loaded = lilypad_cli::Loaded::open(&args.model)?;
     let mut session = lilypad_chat::ChatSession::new(loaded.model, loaded.tok, &label)?;
+    rollout::keep_openings(&mut session);
     let progress = bar(
         (envs.len() * args.tries) as u64,
         "{spinner} [{elapsed}] {pos}/{len} requests {wide_msg}",

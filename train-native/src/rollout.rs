@@ -55,6 +55,15 @@ pub struct Rollout {
     pub model_patch: String,
 }
 
+/// Readies a chat session for agent rollouts: the agent's opening (its system prompt and
+/// tool schemas, the same for every task) is evaluated once per model and adapter and kept in
+/// memory, so every later episode starts after it instead of reading it again. A training
+/// step changes the adapter's key ([`lilypad_engine::Model::state_key`]), so episodes after
+/// it evaluate the opening afresh.
+pub fn keep_openings(session: &mut lilypad_chat::ChatSession) {
+    session.set_prefix_store(Some(Box::new(lilypad_chat::MemoryPrefixStore::new())));
+}
+
 /// The agent's sampling seed for a task's `sample`-th rollout: distinct per task and sample,
 /// the same on every run.
 pub fn rollout_seed(base: u64, instance_id: &str, sample: usize) -> u64 {

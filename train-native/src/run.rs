@@ -338,6 +338,9 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         .file_name()
         .map_or("model".into(), |n| n.to_string_lossy().into_owned());
     let mut session = ChatSession::new(model, loaded.tok, &name)?;
+    if let Family::Agent(_) = tasks {
+        crate::rollout::keep_openings(&mut session);
+    }
     let schedule = config.schedule();
     let last = args
         .stop_after

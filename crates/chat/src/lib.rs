@@ -14,6 +14,7 @@ use web_time::Instant;
 pub mod prefix;
 #[cfg(not(target_arch = "wasm32"))]
 pub use prefix::DirPrefixStore;
+pub use prefix::MemoryPrefixStore;
 pub use prefix::PrefixStore;
 
 /// What the previous turn left in the model's state.

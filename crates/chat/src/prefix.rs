@@ -79,6 +79,39 @@ impl PrefixStore for DirPrefixStore {
     }
 }
 
+/// States in memory, the [`MemoryPrefixStore::KEEP`] most recently used: for one process that
+/// runs many sessions opening the same way (a trainer's episodes, an evaluation's tasks).
+#[derive(Default)]
+pub struct MemoryPrefixStore {
+    /// Least recently used first.
+    states: Vec<(String, Vec<u8>)>,
+}
+
+impl MemoryPrefixStore {
+    pub const KEEP: usize = 2;
+
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl PrefixStore for MemoryPrefixStore {
+    fn load(&mut self, key: &str) -> Option<Vec<u8>> {
+        let i = self.states.iter().position(|(k, _)| k == key)?;
+        let entry = self.states.remove(i);
+        let state = entry.1.clone();
+        self.states.push(entry);
+        Some(state)
+    }
+
+    fn save(&mut self, key: &str, state: &[u8]) {
+        self.states.retain(|(k, _)| k != key);
+        self.states.push((key.to_string(), state.to_vec()));
+        let extra = self.states.len().saturating_sub(Self::KEEP);
+        self.states.drain(..extra);
+    }
+}
+
 /// The key of `opening` evaluated by `model` (its weights and adapter).
 pub fn key(model: &Model, opening: &[u32]) -> String {
     let mut hash = Sha256::new();
@@ -92,4 +125,24 @@ pub fn key(model: &Model, opening: &[u32]) -> String {
         .take(16)
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_store_keeps_the_most_recently_used_states() {
+        let mut store = MemoryPrefixStore::new();
+        store.save("a", b"state a");
+        store.save("b", b"state b");
+        assert_eq!(store.load("a").as_deref(), Some(&b"state a"[..]));
+        // "b" is now the least recently used of the two, so a third state pushes it out.
+        store.save("c", b"state c");
+        assert_eq!(store.load("b"), None);
+        assert_eq!(store.load("a").as_deref(), Some(&b"state a"[..]));
+        store.save("a", b"state a, again");
+        assert_eq!(store.load("a").as_deref(), Some(&b"state a, again"[..]));
+        assert_eq!(store.load("c").as_deref(), Some(&b"state c"[..]));
+    }
 }

@@ -709,10 +709,25 @@ impl Model {
         SequenceState::capture(&self.ctx, &self.state, &self.seqs[0], 0).await
     }
 
+    /// After training changed the adapter's factors in place (an optimizer step, a restored
+    /// optimizer state): states saved before are not this model's any more, so the adapter's
+    /// part of [`Model::state_key`] moves on to a value never used before.
+    pub(crate) fn adapter_changed(&mut self) {
+        static CHANGES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = CHANGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let now = web_time::SystemTime::now()
+            .duration_since(web_time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        #[cfg(not(target_arch = "wasm32"))]
+        let process = std::process::id();
+        #[cfg(target_arch = "wasm32")]
+        let process = 0;
+        self.lora_identity = Some(format!("trained-{process}-{now:x}-{n}"));
+    }
+
     /// What a state saved by this model is keyed by: its weights' fingerprint, the KV
-    /// cache's element type and, with a LoRA adapter, the adapter's fingerprint. (An adapter
-    /// changed by training steps since `set_lora` keeps its key: save states from a model
-    /// that is not being trained.)
+    /// cache's element type and, with a LoRA adapter, the adapter's fingerprint (after
+    /// training steps, a value of its own per step: [`Model::adapter_changed`]).
     pub fn state_key(&self) -> String {
         let base = format!("{}+kv:{}", self.identity, self.kv_cache);
         match &self.lora_identity {

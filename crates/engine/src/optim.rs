@@ -181,6 +181,7 @@ impl LoraAdamW {
             )?);
         }
         run(&ctx, &ds);
+        model.adapter_changed();
         grads.zero(&ctx);
         ctx.check()?;
         self.step += 1;
@@ -258,6 +259,8 @@ impl LoraAdamW {
                 write(&t.buffer, v);
             }
         }
+        drop(linears);
+        model.adapter_changed();
         opt.step = state.step;
         Ok(opt)
     }
