@@ -4,7 +4,9 @@
 # the binary and this script). Writes a synthetic model (random Q4_K weights, FrogNano-4B's
 # shapes) once, then prints: the adapter, the memory plan at 2k, 8k and 32k context with
 # f16 and f32 KV caches, kernel bandwidth against the copy kernel, prefill/decode tokens/s
-# (and after a 4k prompt with each KV cache type), and batched decode at 1–16 sequences.
+# (and after a 4k prompt with each KV cache type), and batched decode at 1–16 sequences;
+# with a `train-native` binary beside `lilypad` (or at $TRAIN_NATIVE), a timed GRPO training
+# step (rank-16 LoRA on every linear, 1,024 tokens) with every kernel of it profiled.
 #
 #   scripts/gpu-bench.sh [path/to/lilypad] [--prompt-tokens N] [--gen-tokens N]
 set -euo pipefail
@@ -47,3 +49,8 @@ echo "== the same whole-model run with an f32 KV cache (f16 above), after a 4,09
 "$bin" bench --model "$model" --context 8192 --kv-cache f16 --prompt-tokens 4096 --gen-tokens 16
 echo "== batched decode: total tokens/s with 1 to 16 sequences decoded together"
 "$bin" bench --model "$model" --context 2048 --batch 1,2,4,8,16 --prompt-tokens 256 --gen-tokens 32
+train_bin="${TRAIN_NATIVE:-$(dirname "$bin")/train-native}"
+if [[ -x "$train_bin" ]]; then
+  echo "== a training step: forward, log-probabilities, backward and AdamW, 1,024 tokens in steps of 64"
+  "$train_bin" bench-step -m "$model" --tokens 1024 --step-tokens 64 --rank 16 --steps 2 --profile
+fi
