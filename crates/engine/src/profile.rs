@@ -6,8 +6,10 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(not(target_arch = "wasm32"))]
 use crate::error::Result;
 use crate::gpu::GpuContext;
+#[cfg(not(target_arch = "wasm32"))]
 use crate::kernels::Dispatch;
 
 /// Seconds and dispatch counts per kernel label.
