@@ -12,7 +12,7 @@
 // SUBGROUPS (native CPU adapters, with WG = TILE = 8): where the workgroup is one subgroup,
 // lane i loads token i's gradients and subgroup broadcasts hand them to the others, instead
 // of every lane loading every token's (storage loads are issued lane by lane there).
-// Macros: one weight type flag, WG, TILE, ACCUMULATE, SUBGROUPS.
+// Macros: one weight type flag, WG, TILE, ACCUMULATE, SUBGROUPS, SCALES4.
 
 #include "common/step.wgsl"
 
@@ -29,6 +29,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read> dy: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dx: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> p: Params;
+#if SCALES4
+// Q4_K/Q5_K: w_s again, a block's four scale words as one vec4 (common/quant.wgsl).
+@group(0) @binding(6) var<storage, read> w_s4: array<vec4<u32>>;
+#endif
 @group(0) @binding(5) var<uniform> step: Step;
 
 #include "common/quant.wgsl"

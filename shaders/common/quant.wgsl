@@ -92,8 +92,15 @@ fn unit_q45_k(row: u32, u: u32, cols: u32, five_bit: bool) -> Unit {
         qa += 16.0 * byte_fields(h, 2u * (j % 4u), 1u);
         qb += 16.0 * byte_fields(h, 2u * (j % 4u) + 1u, 1u);
     }
+#if SCALES4
+    // The includer binds the scale words again as vec4s: one load instead of four.
+    let s4 = w_s4[blk];
+    let dm = unpack2x16float(s4.x);
+    let sm = scale_min_k4_words(s4.yzw, c);
+#else
     let dm = unpack2x16float(w_s[blk * 4u]);
     let sm = scale_min_k4(blk * 4u, c);
+#endif
     var r: Unit;
     r.a = qa * (dm.x * sm.x) - dm.y * sm.y;
     r.b = qb * (dm.x * sm.z) - dm.y * sm.w;

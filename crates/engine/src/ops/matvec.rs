@@ -315,6 +315,10 @@ pub fn matvec_backward(
     if subgroups {
         base = base.flag("SUBGROUPS");
     }
+    let scales4 = matches!(w.ty, GgmlType::Q4K | GgmlType::Q5K);
+    if scales4 {
+        base = base.flag("SCALES4");
+    }
     let set = ctx.pipeline("matvec_backward.wgsl", "matvec_backward", &base)?;
     let add = ctx.pipeline(
         "matvec_backward.wgsl",
@@ -335,18 +339,22 @@ pub fn matvec_backward(
             } else {
                 &set
             };
+            let mut bindings = vec![
+                (0, bind(&c.q)),
+                (1, bind(&c.s)),
+                (2, bind(dy)),
+                (3, bind(dx)),
+                (4, bind(&p)),
+                (5, bind(step)),
+            ];
+            if scales4 {
+                bindings.push((6, bind(&c.s)));
+            }
             out.push(Dispatch::with_bindings(
                 ctx,
                 "matvec_backward",
                 pipeline.clone(),
-                &[
-                    (0, bind(&c.q)),
-                    (1, bind(&c.s)),
-                    (2, bind(dy)),
-                    (3, bind(dx)),
-                    (4, bind(&p)),
-                    (5, bind(step)),
-                ],
+                &bindings,
                 Grid::PerTokens {
                     x: (w.cols as u32 / 8).div_ceil(wg),
                     per_y: BACKWARD_TILE,
