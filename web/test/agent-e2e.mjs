@@ -145,6 +145,8 @@ try {
     ['python3 -c "while True: pass"', 'a busy loop'],
     ['python3 -c "import time; time.sleep(3600)"', 'a sleep'],
     ["printf 'def test_forever():\\n    while True:\\n        pass\\n' > test_forever.py && python -m pytest -q test_forever.py", 'a test that never ends'],
+    // The interrupt lands in the inner loop, inside the try, every time.
+    ["printf 'while True:\\n    try:\\n        for i in range(10 ** 7):\\n            pass\\n    except BaseException:\\n        pass\\n' > swallow.py && python3 swallow.py", 'a loop that catches the interrupt'],
   ];
   for (const [command, what] of loops) {
     started = Date.now();
@@ -156,7 +158,7 @@ try {
     assert.ok(ms < 10_000, `${what} took ${ms} ms to stop`);
     results[`python_stop_ms_${what.replace(/\W+/g, '_')}`] = ms;
   }
-  assert.equal((await shell('rm test_forever.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
+  assert.equal((await shell('rm test_forever.py swallow.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
 
 
   step('2. a scripted model fixes examples/leap-year in the panel; the patch is downloaded');

@@ -17,7 +17,7 @@ const SKIPPED = new Set(['__pycache__', '.pytest_cache', '.git']);
 
 /** Runs one command line inside the interpreter (see runCommand below). */
 const DRIVER = String.raw`
-import io, importlib, os, runpy, shutil, sys, time, traceback
+import io, importlib, os, runpy, shutil, signal, sys, time, traceback
 
 sys.dont_write_bytecode = True
 
@@ -32,6 +32,37 @@ def _sleep(secs):
         _sleep_slice(min(left, 0.02))
 time.sleep = _sleep
 _base_path = list(sys.path)
+
+# The host's deadline arrives as SIGINT (Pyodide's interrupt buffer). A program that catches
+# the KeyboardInterrupt and goes on (an except BaseException in a loop) gets it again, then
+# at the next line it runs, which is inside its handler, so it leaves the handler.
+_interrupts = 0
+
+def _stop_every_line(frame, event, arg):
+    # At lines only: raised at an 'exception' event, the exception stays catchable where it
+    # was, and the error unsets the trace. (Raised at a line, it unsets it too, but the
+    # exception leaves the handler it was raised in; the next interrupt sets the trap again.)
+    if event == 'line' and _lilypad_expired():
+        raise KeyboardInterrupt
+    return _stop_every_line
+
+def _on_interrupt(signum, frame):
+    global _interrupts
+    _interrupts += 1
+    if _interrupts > 1:
+        sys.settrace(_stop_every_line)
+        while frame is not None:
+            frame.f_trace = _stop_every_line
+            frame.f_trace_lines = True
+            frame = frame.f_back
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGINT, _on_interrupt)
+
+def _lilypad_reset():
+    global _interrupts
+    _interrupts = 0
+    sys.settrace(None)
 
 def _purge(root):
     for name, mod in list(sys.modules.items()):
@@ -158,10 +189,12 @@ const INTERRUPT_AGAIN_MS = 250;
  */
 class Deadline {
   private at = Infinity;
+  /** When the next interrupt is due: the limit, then every INTERRUPT_AGAIN_MS after it. */
+  private next = Infinity;
 
   get 0(): number {
-    if (performance.now() < this.at) return 0;
-    this.at = performance.now() + INTERRUPT_AGAIN_MS;
+    if (performance.now() < this.next) return 0;
+    this.next = performance.now() + INTERRUPT_AGAIN_MS;
     return 2;
   }
 
@@ -169,17 +202,17 @@ class Deadline {
     // Pyodide clears a delivered signal; the clock decides the next one.
   }
 
-  /** The limit has passed (for waits that no interrupt reaches). */
+  /** The limit has passed (for waits that no interrupt reaches, and the driver's line trap). */
   get expired(): boolean {
     return performance.now() >= this.at;
   }
 
   arm(ms: number) {
-    this.at = performance.now() + Math.max(0, ms);
+    this.at = this.next = performance.now() + Math.max(0, ms);
   }
 
   disarm() {
-    this.at = Infinity;
+    this.at = this.next = Infinity;
   }
 }
 
@@ -228,6 +261,7 @@ export class PyodideRunner implements PythonHost {
     } finally {
       this.deadline.disarm();
       run.destroy();
+      this.pyodide.runPython('_lilypad_reset()');
     }
     const after = readTree(FS, root);
     const changes: RunResult['changes'] = [];
