@@ -190,3 +190,45 @@ fn config_lists_the_models_lora_targets() {
         assert_eq!(from_config, model.lora_targets(), "{name}");
     }
 }
+
+/// A model whose batch is more than the gated delta rule's backward takes on this adapter
+/// (CPU adapters cap a step by its loops: 85 tokens for this fixture's d_k of 16) trains in
+/// steps of what it takes, and its gradients equal those of steps of 8.
+#[test]
+fn training_steps_fit_what_the_backward_kernels_take() {
+    let (dir, src, file) = fixture("qwen35-tiny");
+    let adapter = peft_adapter(&dir.join("adapter"), &file);
+    let tokens: Vec<u32> = (0..100).map(|i| (i * 67 + 13) % 512).collect();
+    let targets: Vec<u32> = tokens.iter().map(|t| (t * 5 + 2) % 512).collect();
+    let coef: Vec<f32> = (0..100).map(|i| -0.01 * (1 + i % 3) as f32).collect();
+    let gradients = |max_batch: u32| {
+        let mut model = qwen::load_model(&file, &src, &qwen::options(128, max_batch))?;
+        model.set_lora(Some(&adapter)).unwrap();
+        let step = model.training_step_tokens();
+        let fwd =
+            pollster::block_on(model.forward_for_training(&tokens, ActivationMode::Keep)).unwrap();
+        assert_eq!(fwd.step_tokens, step);
+        Some((
+            step,
+            pollster::block_on(model.lora_gradients(&fwd, &targets, &coef)).unwrap(),
+        ))
+    };
+    let (Some((small, by_8)), Some((large, by_large))) = (gradients(8), gradients(128)) else {
+        return;
+    };
+    assert_eq!(small, 8);
+    eprintln!("a batch of 128 trains in steps of {large}");
+    assert!(large > 8 && large <= 128, "{large}");
+    let mut worst = 0f32;
+    for (a, b) in by_8.iter().zip(&by_large) {
+        assert_eq!(a.target, b.target);
+        for (x, y) in [(&a.a, &b.a), (&a.b, &b.b)] {
+            let scale = x.iter().map(|v| v.abs()).fold(1e-6f32, f32::max);
+            for (p, q) in x.iter().zip(y) {
+                worst = worst.max((p - q).abs() / scale);
+            }
+        }
+    }
+    eprintln!("steps of 8 vs {large}: worst difference {worst:.1e} of each tensor's largest");
+    assert!(worst < 1e-4, "{worst}");
+}

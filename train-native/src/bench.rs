@@ -21,7 +21,8 @@ pub struct BenchStepArgs {
     /// Tokens in the sequence.
     #[arg(long, default_value_t = 512)]
     tokens: u32,
-    /// Tokens per step of the forward and backward passes (the model's batch).
+    /// Tokens per step of the forward and backward passes (the model's batch; fewer where a
+    /// backward kernel cannot take as many on this adapter).
     #[arg(long, default_value_t = 64)]
     step_tokens: u32,
     /// The adapter's rank (on every linear).
@@ -98,7 +99,7 @@ pub fn bench_step(args: &BenchStepArgs) -> Result<()> {
         adapter.tensors.len(),
         params as f64 / 1e6,
         args.tokens,
-        args.step_tokens
+        model.training_step_tokens()
     );
     let vocab = model.config.vocab();
     let tokens: Vec<u32> = (0..args.tokens)

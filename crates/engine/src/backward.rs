@@ -684,7 +684,7 @@ impl Model {
                 )));
             }
         }
-        if t_max != self.max_batch {
+        if t_max > self.max_batch {
             return Err(EngineError::Sequence(format!(
                 "a forward pass in steps of {t_max} tokens for a model that takes {}",
                 self.max_batch

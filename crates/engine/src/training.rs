@@ -57,7 +57,7 @@ impl Model {
             });
         }
         let ctx = self.gpu().clone();
-        let step_tokens = self.max_batch;
+        let step_tokens = self.training_step_tokens();
         let shape = self.config.activation_shape();
         let n_steps = tokens.len().div_ceil(step_tokens as usize);
         let mut steps: Vec<ActivationStore> = Vec::with_capacity(n_steps);
@@ -118,6 +118,16 @@ impl Model {
             steps,
             recurrent_in,
         })
+    }
+
+    /// Tokens per step of the training passes: the model's batch, or fewer where a backward
+    /// kernel cannot take that many on this adapter (the gated delta rule's on CPU adapters:
+    /// 15 for FrogNano-4B's d_k of 128).
+    pub fn training_step_tokens(&self) -> u32 {
+        let limit = self.config.activation_shape().delta.map_or(u32::MAX, |s| {
+            ops::delta_net::backward_max_tokens(self.gpu(), &s)
+        });
+        self.max_batch.min(limit)
     }
 
     pub(crate) fn graph_io(&self) -> GraphIo<'_> {

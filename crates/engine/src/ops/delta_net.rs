@@ -303,6 +303,20 @@ impl DeltaNetShape {
     }
 }
 
+/// The most tokens a step of [`delta_net_backward`] may hold on `ctx`: CPU adapters end a
+/// shader's loops after 65535 iterations in all, and one invocation walks the step's tokens
+/// (the replays, and per token the loops over d_k and the sums over columns); no limit
+/// elsewhere.
+pub fn backward_max_tokens(ctx: &GpuContext, s: &DeltaNetShape) -> u32 {
+    if !ctx.loops_limited() {
+        return u32::MAX;
+    }
+    let per_token = 11 * s.d_k as u64
+        + (s.d_k as u64).div_ceil(8) * (8 + BACKWARD_WG as u64)
+        + 2 * BACKWARD_WG as u64;
+    (60_000 / per_token).clamp(1, u32::MAX as u64) as u32
+}
+
 /// The gradients of the gated delta rule ([`delta_net`]) for a step of one sequence of at
 /// most `max_tokens` tokens, from the forward's inputs and the state it started from; the
 /// states between tokens are recomputed (see `shaders/delta_net_backward.wgsl`). Three
@@ -331,18 +345,13 @@ pub fn delta_net_backward(
             ),
         });
     }
-    // Loop steps of one invocation over a step (the replays, and per token the backward's
-    // loops over d_k and the sums over columns), against CPU adapters' 65535.
-    let per_token = 11 * s.d_k as u64
-        + (s.d_k as u64).div_ceil(8) * (8 + BACKWARD_WG as u64)
-        + 2 * BACKWARD_WG as u64;
-    if ctx.loops_limited() && per_token * max_tokens as u64 > 60_000 {
+    let most = backward_max_tokens(ctx, &s);
+    if max_tokens > most {
         return Err(EngineError::Shape {
             op: "delta_net_backward",
             detail: format!(
-                "steps of {max_tokens} tokens with d_k {}: a CPU adapter ends a shader's loops after 65535 iterations; use steps of at most {} tokens",
+                "steps of {max_tokens} tokens with d_k {}: a CPU adapter ends a shader's loops after 65535 iterations; use steps of at most {most} tokens",
                 s.d_k,
-                60_000 / per_token
             ),
         });
     }
