@@ -123,10 +123,12 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
     let end = min(p.end, a.n_pos_all);
     var acc: Row;
     for (var c0 = p.begin; c0 < end; c0 += CHUNK) {
+        // The chunk's cache rows (as vec4 indices), and each position's dS as it is built.
+        var rb: array<u32, CHUNK>;
         var ds: array<f32, CHUNK>;
         for (var j = 0u; j < CHUNK; j++) {
-            let rb = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
-            let kr = load_row(0u, rb);
+            rb[j] = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
+            let kr = load_row(0u, rb[j]);
             var sv = vec4<f32>(0.0);
             for (var i = 0u; i < HD4; i++) {
                 sv += qv[i] * kr[i];
@@ -136,8 +138,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
             ds[j] = select(0.0, exp((sv.x + sv.y + sv.z + sv.w) * p.scale - m), seen);
         }
         for (var j = 0u; j < CHUNK; j++) {
-            let rb = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
-            let vr = load_row(1u, rb);
+            let vr = load_row(1u, rb[j]);
             var dpv = vec4<f32>(0.0);
             for (var i = 0u; i < HD4; i++) {
                 dpv += dov[i] * vr[i];
@@ -145,8 +146,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
             ds[j] *= dpv.x + dpv.y + dpv.z + dpv.w - dl;
         }
         for (var j = 0u; j < CHUNK; j++) {
-            let rb = ((a.first + min(c0 + j, a.last_pos)) * p.n_kv + kv_head) * HD4;
-            let kr = load_row(0u, rb);
+            let kr = load_row(0u, rb[j]);
             for (var i = 0u; i < HD4; i++) {
                 acc[i] += ds[j] * kr[i];
             }
@@ -198,35 +198,33 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
         if step.tok[(min(c0 + CHUNK, i_end) - 1u) / group].x < j0 {
             continue;
         }
+        // Each item's (token, head) index, its probability, then its dS.
+        var at: array<u32, CHUNK>;
         var pr: array<f32, CHUNK>;
         var ds: array<f32, CHUNK>;
         for (var c = 0u; c < CHUNK; c++) {
             let i = min(c0 + c, i_end - 1u);
             let t = i / group;
-            let at = t * p.n_head + g * group + i % group;
-            let qr = load_row(2u, at * HD4);
+            at[c] = t * p.n_head + g * group + i % group;
+            let qr = load_row(2u, at[c] * HD4);
             var sv = vec4<f32>(0.0);
             for (var d = 0u; d < HD4; d++) {
                 sv += qr[d] * kr[d];
             }
             let seen = c0 + c < i_end && step.tok[t].x >= j;
-            pr[c] = select(0.0, exp((sv.x + sv.y + sv.z + sv.w) * p.scale - lse[at]), seen);
+            pr[c] = select(0.0, exp((sv.x + sv.y + sv.z + sv.w) * p.scale - lse[at[c]]), seen);
         }
         for (var c = 0u; c < CHUNK; c++) {
-            let i = min(c0 + c, i_end - 1u);
-            let at = (i / group) * p.n_head + g * group + i % group;
-            let dor = load_row(3u, at * HD4);
+            let dor = load_row(3u, at[c] * HD4);
             var dpv = vec4<f32>(0.0);
             for (var d = 0u; d < HD4; d++) {
                 dpv += dor[d] * vr[d];
                 av[d] += pr[c] * dor[d];
             }
-            ds[c] = pr[c] * (dpv.x + dpv.y + dpv.z + dpv.w - delta[at]);
+            ds[c] = pr[c] * (dpv.x + dpv.y + dpv.z + dpv.w - delta[at[c]]);
         }
         for (var c = 0u; c < CHUNK; c++) {
-            let i = min(c0 + c, i_end - 1u);
-            let at = (i / group) * p.n_head + g * group + i % group;
-            let qr = load_row(2u, at * HD4);
+            let qr = load_row(2u, at[c] * HD4);
             for (var d = 0u; d < HD4; d++) {
                 ak[d] += ds[c] * qr[d];
             }

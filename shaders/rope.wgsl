@@ -53,7 +53,9 @@ fn roped2(base: u32, d: u32, pos: f32) -> vec2<f32> {
         let a = x[base + i];
         let b = x[base + i + half];
         let theta = pos * freq[i];
-        out[j] = select(a * cos(theta) - b * sin(theta), a * sin(theta) + b * cos(theta), d + j >= half);
+        let c = cos(theta);
+        let s = sin(theta);
+        out[j] = select(a * c - b * s, a * s + b * c, d + j >= half);
     }
     return out;
 #else
