@@ -256,6 +256,7 @@ fn chat_samples_equal_single_generations() {
             top_p: 1.0,
             top_k: 0,
             seed: 5,
+            ..Sampling::default()
         },
     ] {
         let request = Request {

@@ -54,6 +54,7 @@ impl SamplingConfig {
             top_p: self.top_p,
             top_k: self.top_k,
             seed,
+            ..Sampling::default()
         }
     }
 }

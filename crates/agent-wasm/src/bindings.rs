@@ -23,6 +23,9 @@ use crate::workspace::{Workspace, agent_config};
 
 #[wasm_bindgen(typescript_custom_section)]
 const HOSTS: &str = r#"
+// The shapes below come from the Rust types (web/src/lib/wire.ts is generated from them).
+import type { Completion, Message, Sampling } from '../../lib/wire';
+
 /** Runs Python for the shell's `python`, `python3`, `pytest` and `pip`, synchronously. */
 export interface PythonHost {
   run(request: {
@@ -64,22 +67,14 @@ export interface ModelHost {
   /** `onText` receives text as it is generated; it returns false when the run is stopped. */
   complete(
     request: {
-      messages: unknown[];
+      messages: Message[];
       tools: unknown[];
-      sampling: { temperature: number; top_p: number; top_k: number; seed: number };
+      sampling: Sampling;
       max_tokens: number;
       enable_thinking: boolean;
     },
     onText: (text: string) => boolean,
-  ): Promise<{
-    text: string;
-    finish: 'stop' | 'length' | 'context_full' | 'aborted';
-    prompt_tokens: number;
-    prefilled_tokens: number;
-    generated_tokens: number;
-    prefill_ms: number;
-    decode_ms: number;
-  }>;
+  ): Promise<Completion>;
 }
 "#;
 

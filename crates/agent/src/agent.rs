@@ -138,7 +138,9 @@ impl<'a, M: LanguageModel> Run<'a, M> {
         }
         let (completion, mut aborted) = match self.query(index, on_event).await {
             Ok(answer) => answer,
-            Err(ModelError::ContextFull { .. }) => return Some(Exit::ContextLimit),
+            Err(ModelError::ContextFull { .. } | ModelError::PromptTooLong { .. }) => {
+                return Some(Exit::ContextLimit);
+            }
             Err(e) => return Some(Exit::ModelError(e.to_string())),
         };
         let reply = parse_reply(&completion.text, &self.tools);

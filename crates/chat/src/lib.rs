@@ -173,7 +173,29 @@ impl ChatSession {
         n: usize,
     ) -> Result<Vec<(Completion, Vec<u32>)>, ModelError> {
         let samples = self.sample_group(request, n).await?;
-        Ok(samples
+        Ok(self.without_stop_tokens(samples))
+    }
+
+    /// [`ChatSession::complete_many`] after a raw prompt, with no chat template (as
+    /// [`ChatSession::complete_prompt`]).
+    pub async fn complete_prompt_many(
+        &mut self,
+        prompt: &str,
+        sampling: Sampling,
+        max_tokens: usize,
+        n: usize,
+    ) -> Result<Vec<(Completion, Vec<u32>)>, ModelError> {
+        self.previous = None;
+        let prompt = self.encode(prompt)?;
+        let samples = self.sample(prompt, &sampling, max_tokens, n).await?;
+        Ok(self.without_stop_tokens(samples))
+    }
+
+    fn without_stop_tokens(
+        &self,
+        samples: Vec<(Completion, Vec<u32>, Vec<u32>)>,
+    ) -> Vec<(Completion, Vec<u32>)> {
+        samples
             .into_iter()
             .map(|(completion, mut tokens, _)| {
                 if tokens.last().is_some_and(|&id| self.tok.is_stop(id)) {
@@ -181,7 +203,7 @@ impl ChatSession {
                 }
                 (completion, tokens)
             })
-            .collect())
+            .collect()
     }
 
     /// [`ChatSession::complete_many`] with each sample's conversation as a trainer reads it:
@@ -218,18 +240,25 @@ impl ChatSession {
             request.enable_thinking,
         )?;
         let prompt = self.encode(&text)?;
-        let sp = SamplingParams {
-            temperature: request.sampling.temperature,
-            top_k: request.sampling.top_k,
-            top_p: request.sampling.top_p,
-            seed: request.sampling.seed,
-            ..SamplingParams::greedy()
-        };
+        self.sample(prompt, &request.sampling, request.max_tokens, n)
+            .await
+    }
+
+    /// `n` samples after `prompt` in one batch: each with its generated token ids (an
+    /// end-of-turn token included) and the prompt's.
+    async fn sample(
+        &mut self,
+        prompt: Vec<u32>,
+        sampling: &Sampling,
+        max_tokens: usize,
+        n: usize,
+    ) -> Result<Vec<(Completion, Vec<u32>, Vec<u32>)>, ModelError> {
+        let sp = sampling_params(sampling);
         let start = Instant::now();
         let tok = &self.tok;
         let mut batch = Batch::new(&mut self.model, |id| tok.is_stop(id));
         let ids = batch
-            .submit_group(&prompt, n, &sp, request.max_tokens)
+            .submit_group(&prompt, n, &sp, max_tokens)
             .map_err(engine_error)?;
         let mut tokens = vec![Vec::new(); n];
         let mut finish = vec![FinishReason::Length; n];
@@ -290,20 +319,16 @@ impl ChatSession {
         on_prompt: &mut ProgressSink<'_>,
         on_text: &mut TokenSink<'_>,
     ) -> Result<(Completion, Vec<u32>), ModelError> {
+        self.model.check_prompt(prompt).map_err(engine_error)?;
         let capacity = self.model.context as usize;
-        if prompt.len() >= capacity {
+        if prompt.len() == capacity {
+            // It fits, with no room for a reply.
             return Err(ModelError::ContextFull {
                 needed: prompt.len() + 1,
                 capacity,
             });
         }
-        let sp = SamplingParams {
-            temperature: sampling.temperature,
-            top_k: sampling.top_k,
-            top_p: sampling.top_p,
-            seed: sampling.seed,
-            ..SamplingParams::greedy()
-        };
+        let sp = sampling_params(&sampling);
         let start = Instant::now();
         let mut first: Option<Instant> = None;
         let mut detok = self.tok.stream();
@@ -575,15 +600,27 @@ fn describe_tools_inline(messages: &[Message], tools: &[Value]) -> Vec<Message> 
     out
 }
 
+/// The engine's sampler settings for `s` (penalties over the engine's default window).
+pub fn sampling_params(s: &Sampling) -> SamplingParams {
+    SamplingParams {
+        temperature: s.temperature,
+        top_k: s.top_k,
+        top_p: s.top_p,
+        repeat_penalty: s.repeat_penalty,
+        presence_penalty: s.presence_penalty,
+        seed: s.seed,
+        ..SamplingParams::greedy()
+    }
+}
+
 fn engine_error(e: EngineError) -> ModelError {
     match e {
         EngineError::ContextFull { needed, capacity } => {
             ModelError::ContextFull { needed, capacity }
         }
-        EngineError::PromptTooLong { prompt, context } => ModelError::ContextFull {
-            needed: prompt + 1,
-            capacity: context,
-        },
+        EngineError::PromptTooLong { prompt, context } => {
+            ModelError::PromptTooLong { prompt, context }
+        }
         e => ModelError::Other(e.to_string()),
     }
 }
@@ -663,8 +700,23 @@ impl ChatSession {
 }
 
 #[cfg(test)]
-mod transcript_tests {
-    use super::Transcript;
+mod tests {
+    use super::{Sampling, Transcript, sampling_params};
+
+    #[test]
+    fn every_sampling_setting_reaches_the_engine() {
+        let s = Sampling {
+            temperature: 0.7,
+            top_p: 0.8,
+            top_k: 12,
+            seed: 9,
+            repeat_penalty: 1.3,
+            presence_penalty: 0.4,
+        };
+        let p = sampling_params(&s);
+        assert_eq!((p.temperature, p.top_p, p.top_k, p.seed), (0.7, 0.8, 12, 9));
+        assert_eq!((p.repeat_penalty, p.presence_penalty), (1.3, 0.4));
+    }
 
     #[test]
     fn turns_extend_the_transcript_and_a_re_rendering_restarts_it() {

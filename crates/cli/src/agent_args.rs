@@ -37,6 +37,7 @@ impl AgentArgs {
                 top_p: self.top_p,
                 top_k: self.top_k,
                 seed,
+                ..Sampling::default()
             },
             ..AgentConfig::default()
         }

@@ -309,6 +309,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             top_p: settings.top_p,
             top_k: settings.top_k,
             seed: settings.seed,
+            ..Sampling::default()
         },
         ..AgentConfig::default()
     };
@@ -363,9 +364,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 })
             })
             .map_err(|e| Failure(ErrorCode::Model, format!("{e:#}")))?;
-            let name = Path::new(&path)
-                .file_name()
-                .map_or(path.clone(), |n| n.to_string_lossy().into_owned());
+            let name = lilypad_cli::model_name(&path);
             let lora = loaded.lora.clone();
             let mut session = ChatSession::new(loaded.model, loaded.tok, &name)
                 .map_err(|e| Failure(ErrorCode::Model, e.to_string()))?;

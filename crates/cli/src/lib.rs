@@ -9,5 +9,5 @@ pub mod lora;
 mod report;
 
 pub use agent_args::AgentArgs;
-pub use load::{Loaded, ModelArgs, open_file, open_tokenizer};
+pub use load::{Loaded, ModelArgs, model_name, open_file, open_tokenizer};
 pub use report::error_message;

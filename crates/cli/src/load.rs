@@ -1,15 +1,13 @@
 //! Opening a model for the command line and for `train-native`: a GGUF path or URL (downloaded
 //! once) or a checkpoint folder, its tokenizer, the GPU, and an optional LoRA adapter.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use lilypad_engine::{AdapterOptions, GpuContext, Model, ModelOptions, SamplingParams};
+use lilypad_engine::{AdapterOptions, GpuContext, Model, ModelOptions};
 use lilypad_gguf::{GgufFile, MmapSource};
 use lilypad_tokenizer::{ChatMessage, TextTokenizer};
 
@@ -178,68 +176,13 @@ impl Loaded {
             .template()?
             .render(&messages, true, minijinja_undefined())?)
     }
+}
 
-    /// Generates and streams text to `out`; returns the text. Timings go to stderr.
-    pub fn stream(
-        &mut self,
-        prompt: &[u32],
-        sp: &SamplingParams,
-        max_tokens: usize,
-        out: &mut dyn Write,
-        quiet: bool,
-    ) -> Result<String> {
-        let start = Instant::now();
-        let mut first = None;
-        let mut detok = self.tok.stream();
-        let mut text = String::new();
-        let mut err = None;
-        let tok = &self.tok;
-        let generation = pollster::block_on(self.model.generate(
-            prompt,
-            sp,
-            max_tokens,
-            &|id| tok.is_stop(id),
-            &mut |id| {
-                first.get_or_insert_with(Instant::now);
-                if tok.is_stop(id) {
-                    return false;
-                }
-                match detok.push(id) {
-                    Ok(piece) => {
-                        text.push_str(&piece);
-                        let _ = out.write_all(piece.as_bytes());
-                        let _ = out.flush();
-                        true
-                    }
-                    Err(e) => {
-                        err = Some(e);
-                        false
-                    }
-                }
-            },
-        ))?;
-        if let Some(e) = err {
-            return Err(e.into());
-        }
-        let _ = writeln!(out);
-        let end = Instant::now();
-        if !quiet {
-            let first = first.unwrap_or(end);
-            let prefill = (first - start).as_secs_f64();
-            let decode = (end - first).as_secs_f64();
-            let n = generation.tokens.len().saturating_sub(1);
-            eprintln!(
-                "[prompt {} tokens ({} reused) in {:.2}s = {:.1} tok/s; generated {} tokens, {:.1} tok/s]",
-                generation.prompt_evaluated,
-                generation.prompt_reused,
-                prefill,
-                generation.prompt_evaluated as f64 / prefill.max(1e-9),
-                generation.tokens.len(),
-                n as f64 / decode.max(1e-9)
-            );
-        }
-        Ok(text)
-    }
+/// What a model is called in reports and trajectories: its file or folder name.
+pub fn model_name(spec: &str) -> String {
+    std::path::Path::new(spec)
+        .file_name()
+        .map_or(spec.to_string(), |n| n.to_string_lossy().into_owned())
 }
 
 fn minijinja_undefined() -> lilypad_tokenizer::TemplateValue {

@@ -2,20 +2,16 @@
 
 mod agent_stdio;
 mod bench;
+mod converse;
 mod solve;
 mod synth;
 mod tokenize;
 
-use std::io::BufRead;
-use std::time::Instant;
-
-use anyhow::{Context, Result, bail};
-use clap::{Args, Parser, Subcommand};
+use anyhow::{Result, bail};
+use clap::{Parser, Subcommand};
 use lilypad_cli::checkpoint::Quantize;
 use lilypad_cli::{Loaded, ModelArgs, open_file, open_tokenizer};
-use lilypad_engine::{
-    AdapterOptions, GpuContext, Logits, ModelConfig, ModelOptions, SamplingParams,
-};
+use lilypad_engine::{AdapterOptions, GpuContext, Logits, ModelConfig, ModelOptions};
 use lilypad_gguf::GgufFile;
 use lilypad_tokenizer::ChatMessage;
 
@@ -55,37 +51,9 @@ enum Command {
         train_tokens: Vec<u32>,
     },
     /// Generate text from a prompt, streaming tokens.
-    Generate {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[arg(long, short)]
-        prompt: String,
-        /// Wrap the prompt in the model's chat template as one user message.
-        #[arg(long)]
-        chat: bool,
-        /// System message for --chat (otherwise the template's default applies).
-        #[arg(long)]
-        system: Option<String>,
-        #[arg(long, default_value_t = 256)]
-        max_tokens: usize,
-        /// Samples of the prompt, decoded together in one batch: the prompt is evaluated
-        /// once and its state forked; sample i uses seed + i.
-        #[arg(short = 'n', long = "samples", default_value_t = 1)]
-        samples: usize,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-    },
+    Generate(converse::GenerateArgs),
     /// Chat interactively (the conversation's state is reused between turns).
-    Chat {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[arg(long)]
-        system: Option<String>,
-        #[arg(long, default_value_t = 512)]
-        max_tokens: usize,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-    },
+    Chat(converse::ChatArgs),
     /// Log-probabilities of a text's tokens and the top logits at each position.
     Score {
         #[command(flatten)]
@@ -136,37 +104,6 @@ enum Command {
     AgentStdio(agent_stdio::AgentArgs),
 }
 
-#[derive(Args, Clone)]
-struct SamplingArgs {
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    #[arg(long, default_value_t = 40)]
-    top_k: u32,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
-    presence_penalty: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-}
-
-impl SamplingArgs {
-    fn params(&self) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            repeat_penalty: self.repeat_penalty,
-            presence_penalty: self.presence_penalty,
-            penalty_last_n: 64,
-            seed: self.seed,
-        }
-    }
-}
-
 fn main() {
     if let Err(e) = run(Cli::parse()) {
         eprintln!("error: {}", lilypad_cli::error_message(&e));
@@ -184,57 +121,8 @@ fn run(cli: Cli) -> Result<()> {
             kv_cache,
             train_tokens,
         } => inspect(&model, quantize, tensors, context, kv_cache, &train_tokens),
-        Command::Generate {
-            model,
-            prompt,
-            chat,
-            system,
-            max_tokens,
-            samples,
-            sampling,
-        } => {
-            let sequences = u32::try_from(samples)
-                .ok()
-                .filter(|n| (1..=ModelOptions::default().max_batch).contains(n))
-                .with_context(|| {
-                    format!(
-                        "-n {samples}: between 1 and {} samples",
-                        ModelOptions::default().max_batch
-                    )
-                })?;
-            let mut lm = Loaded::open_with_progress(&model, sequences, &mut |_| {})?;
-            let text = if chat {
-                lm.render_chat(system.as_deref(), &[ChatMessage::new("user", &prompt)])?
-            } else {
-                prompt
-            };
-            let ids = lm.tok.encode(&text, true)?;
-            if samples > 1 {
-                return generate_samples(
-                    &mut lm,
-                    &ids,
-                    samples,
-                    &sampling.params(),
-                    max_tokens,
-                    model.quiet,
-                );
-            }
-            let stdout = std::io::stdout();
-            lm.stream(
-                &ids,
-                &sampling.params(),
-                max_tokens,
-                &mut stdout.lock(),
-                model.quiet,
-            )?;
-            Ok(())
-        }
-        Command::Chat {
-            model,
-            system,
-            max_tokens,
-            sampling,
-        } => chat(&model, system.as_deref(), max_tokens, &sampling),
+        Command::Generate(args) => converse::generate(&args),
+        Command::Chat(args) => converse::chat(&args),
         Command::Score {
             model,
             text,
@@ -405,98 +293,6 @@ fn inspect(
         for t in &file.tensors {
             println!("  {:40} {:>6} {:?}", t.name, t.ty.name(), t.dims);
         }
-    }
-    Ok(())
-}
-
-/// A model on the GPU with its tokenizer.
-/// `generate -n N`: N samples of one prompt in one batch, each printed when it ends.
-fn generate_samples(
-    lm: &mut Loaded,
-    prompt: &[u32],
-    n: usize,
-    sp: &SamplingParams,
-    max_tokens: usize,
-    quiet: bool,
-) -> Result<()> {
-    let start = Instant::now();
-    let tok = &lm.tok;
-    let mut batch = lilypad_engine::Batch::new(&mut lm.model, |id| tok.is_stop(id));
-    let ids = batch.submit_group(prompt, n, sp, max_tokens)?;
-    let mut outputs = vec![Vec::new(); n];
-    let (mut steps, mut generated) = (0usize, 0usize);
-    let mut first_step = None;
-    while batch.pending() > 0 {
-        let events = pollster::block_on(batch.step())?;
-        first_step.get_or_insert_with(Instant::now);
-        steps += 1;
-        for e in events {
-            match e {
-                lilypad_engine::BatchEvent::Token { request, token } => {
-                    generated += 1;
-                    if !tok.is_stop(token) {
-                        outputs[request - ids[0]].push(token);
-                    }
-                }
-                lilypad_engine::BatchEvent::Done { request, reason } => {
-                    let i = request - ids[0];
-                    println!("--- sample {} ({reason:?}) ---", i + 1);
-                    println!("{}", tok.decode(&outputs[i])?);
-                }
-            }
-        }
-    }
-    if !quiet {
-        let first = first_step.unwrap_or(start);
-        let decode = first.elapsed().as_secs_f64();
-        eprintln!(
-            "[prompt {} tokens once, forked {} times; {n} samples, {generated} tokens in {steps} \
-             batched steps, {:.1} tok/s]",
-            prompt.len(),
-            n - 1,
-            generated as f64 / (decode + (first - start).as_secs_f64()).max(1e-9)
-        );
-    }
-    Ok(())
-}
-
-fn chat(
-    args: &ModelArgs,
-    system: Option<&str>,
-    max_tokens: usize,
-    sampling: &SamplingArgs,
-) -> Result<()> {
-    let mut lm = Loaded::open(args)?;
-    let sp = sampling.params();
-    let mut turns: Vec<ChatMessage> = Vec::new();
-    eprintln!("chat: type a message; /reset starts over, /exit or Ctrl-D quits");
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        eprint!("> ");
-        let Some(line) = lines.next() else { break };
-        let line = line?;
-        match line.trim() {
-            "" => continue,
-            "/exit" | "/quit" => break,
-            "/reset" => {
-                turns.clear();
-                lm.model.reset();
-                continue;
-            }
-            _ => {}
-        }
-        turns.push(ChatMessage::new("user", &line));
-        let prompt = lm.tok.encode(&lm.render_chat(system, &turns)?, true)?;
-        if let Err(e) = lm.model.check_prompt(&prompt) {
-            // The conversation goes on without the message that did not fit.
-            eprintln!("error: {e}; /reset starts over");
-            turns.pop();
-            continue;
-        }
-        let stdout = std::io::stdout();
-        let reply = lm.stream(&prompt, &sp, max_tokens, &mut stdout.lock(), args.quiet)?;
-        turns.push(ChatMessage::new("assistant", &reply));
     }
     Ok(())
 }

@@ -90,9 +90,7 @@ pub fn run(args: &SolveArgs) -> Result<()> {
         }
         (Some(model), None) => {
             let loaded = Loaded::open(model)?;
-            let name = Path::new(&model.model)
-                .file_name()
-                .map_or(model.model.clone(), |n| n.to_string_lossy().into_owned());
+            let name = lilypad_cli::model_name(&model.model);
             let mut session = ChatSession::new(loaded.model, loaded.tok, &name)?;
             if !args.no_prompt_cache {
                 let dir =

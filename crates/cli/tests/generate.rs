@@ -1,9 +1,12 @@
 //! `lilypad generate -n N`: N samples of one prompt decoded together. Greedy samples are
-//! the same text as a single greedy generation; sampled ones differ by seed.
+//! the same text as a single greedy generation; sampled ones differ by seed. `lilypad chat`
+//! reuses earlier turns and answers as `generate --chat` does.
 
 mod common;
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use common::{lilypad, text};
 
@@ -81,5 +84,75 @@ fn samples_decode_together() {
         String::from_utf8_lossy(&bad.stderr).contains("-n 0"),
         "{}",
         text(&bad)
+    );
+}
+
+/// The `(prompt tokens evaluated, reused)` of each reply's timing line.
+fn prompt_counts(stderr: &str) -> Vec<(usize, usize)> {
+    stderr
+        .split("[prompt ")
+        .skip(1)
+        .map(|s| {
+            let mut words = s.split_whitespace();
+            let evaluated = words.next().unwrap().parse().unwrap();
+            let reused = words.nth(1).unwrap().trim_start_matches('(');
+            (evaluated, reused.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn chat_reuses_earlier_turns_and_answers_as_generate_does() {
+    let m = model();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lilypad"))
+        .args(["chat", "-m", &m, "--max-tokens", "6", "--temperature", "0"])
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"The river carried\nAnd then?\n/reset\nThe river carried\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let counts = prompt_counts(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(counts.len(), 3, "{}", text(&out));
+    assert_eq!(counts[0].1, 0);
+    assert!(
+        counts[1].1 > counts[0].0,
+        "the second turn reuses the first: {counts:?}"
+    );
+    assert_eq!(counts[2], counts[0]);
+
+    // Each reply is printed with a newline after it: the first and the last (the same
+    // message after /reset, from a fresh state) are what `generate --chat` prints.
+    let single = lilypad(&[
+        "generate",
+        "-m",
+        &m,
+        "-q",
+        "--chat",
+        "-p",
+        "The river carried",
+        "--max-tokens",
+        "6",
+        "--temperature",
+        "0",
+    ]);
+    assert!(single.status.success(), "{}", text(&single));
+    let (single, stdout) = (
+        String::from_utf8_lossy(&single.stdout),
+        String::from_utf8_lossy(&out.stdout),
+    );
+    assert!(
+        stdout.len() > 2 * single.len()
+            && stdout.starts_with(&*single)
+            && stdout.ends_with(&*single),
+        "chat {stdout:?}, generate --chat {single:?}"
     );
 }

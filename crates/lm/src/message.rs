@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -14,12 +15,16 @@ pub enum Role {
 
 /// One call of a tool, as the model wrote it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct ToolCall {
     pub name: String,
+    #[cfg_attr(feature = "ts", ts(type = "unknown"))]
     pub arguments: serde_json::Value,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
+#[cfg_attr(feature = "ts", ts(optional_fields))]
 pub struct Message {
     pub role: Role,
     pub content: String,
@@ -28,6 +33,7 @@ pub struct Message {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<ToolCall>>", optional))]
     pub tool_calls: Vec<ToolCall>,
     /// For tool results: which tool produced it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -10,11 +10,22 @@ use thiserror::Error;
 use crate::Message;
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Sampling {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: u32,
     pub seed: u64,
+    /// 1 = off; llama.cpp's repetition penalty over the recent tokens.
+    #[serde(default = "no_repeat_penalty")]
+    pub repeat_penalty: f32,
+    /// 0 = off; subtracted once from each recent token's logit.
+    #[serde(default)]
+    pub presence_penalty: f32,
+}
+
+fn no_repeat_penalty() -> f32 {
+    1.0
 }
 
 impl Default for Sampling {
@@ -25,6 +36,8 @@ impl Default for Sampling {
             top_p: 0.95,
             top_k: 20,
             seed: 0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
         }
     }
 }
@@ -39,6 +52,7 @@ pub struct Request<'a> {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model ended its turn.
@@ -52,6 +66,7 @@ pub enum FinishReason {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Completion {
     /// The raw text the model generated (thinking and tool calls included, end token excluded).
     pub text: String,
@@ -70,6 +85,11 @@ pub enum ModelError {
     /// The conversation no longer fits the context window.
     #[error("the conversation ({needed} tokens) does not fit the context window ({capacity})")]
     ContextFull { needed: usize, capacity: usize },
+    /// The prompt alone is longer than the context window.
+    #[error(
+        "the prompt is {prompt} tokens, but the context holds {context}: shorten the prompt or give a longer context"
+    )]
+    PromptTooLong { prompt: usize, context: usize },
     #[error("{0}")]
     Other(String),
 }
@@ -101,4 +121,18 @@ pub trait LanguageModel {
         request: &Request<'_>,
         on_text: &mut TokenSink<'_>,
     ) -> impl Future<Output = Result<Completion, ModelError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sampling;
+
+    #[test]
+    fn sampling_recorded_without_penalties_reads_as_penalties_off() {
+        let s: Sampling =
+            serde_json::from_str(r#"{"temperature":0.6,"top_p":0.95,"top_k":20,"seed":3}"#)
+                .unwrap();
+        assert_eq!((s.repeat_penalty, s.presence_penalty), (1.0, 0.0));
+        assert_eq!(s.seed, 3);
+    }
 }

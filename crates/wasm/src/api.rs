@@ -7,6 +7,7 @@ use lilypad_engine::{AdapterSummary, DType, GpuContext, Model, ModelOptions};
 use lilypad_lm::{Completion, FinishReason, Message, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use ts_rs::TS;
 
 use crate::error::WebError;
 
@@ -14,7 +15,8 @@ use crate::error::WebError;
 pub const DEFAULT_MAX_TOKENS: usize = 512;
 
 /// How a model is loaded (all optional).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, TS)]
+#[ts(optional_fields)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoadOptions {
     /// KV cache positions (default: the model's training context, at most 4096).
@@ -22,6 +24,7 @@ pub struct LoadOptions {
     /// Cap on one weight buffer, below the adapter's binding limit (tests force splitting).
     pub max_chunk_bytes: Option<u64>,
     /// The KV cache's element type, "f16" (the default) or "f32".
+    #[ts(type = "'f16' | 'f32'", optional)]
     pub kv_cache: Option<String>,
 }
 
@@ -35,7 +38,8 @@ impl LoadOptions {
 }
 
 /// The sampling and length fields shared by chat and raw completions.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, TS)]
+#[ts(optional_fields)]
 #[serde(default)]
 pub struct GenerationParams {
     pub max_tokens: Option<usize>,
@@ -45,6 +49,11 @@ pub struct GenerationParams {
     /// 0 = off.
     pub top_k: Option<u32>,
     pub seed: Option<u64>,
+    /// OpenAI's presence penalty: subtracted once from the logit of each of the last 64
+    /// tokens (0 = off).
+    pub presence_penalty: Option<f32>,
+    /// llama.cpp's repetition penalty over the last 64 tokens (1 = off).
+    pub repeat_penalty: Option<f32>,
 }
 
 impl GenerationParams {
@@ -54,6 +63,8 @@ impl GenerationParams {
             top_p: self.top_p.unwrap_or(1.0),
             top_k: self.top_k.unwrap_or(0),
             seed: self.seed.unwrap_or(0),
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            repeat_penalty: self.repeat_penalty.unwrap_or(1.0),
         };
         if !(s.temperature.is_finite() && s.temperature >= 0.0) {
             return Err(WebError::request(format!(
@@ -66,6 +77,15 @@ impl GenerationParams {
                 "top_p {} must be in (0, 1]",
                 s.top_p
             )));
+        }
+        if !(s.repeat_penalty > 0.0 && s.repeat_penalty.is_finite()) {
+            return Err(WebError::request(format!(
+                "repeat_penalty {} must be > 0",
+                s.repeat_penalty
+            )));
+        }
+        if !s.presence_penalty.is_finite() {
+            return Err(WebError::request("presence_penalty must be finite"));
         }
         Ok(s)
     }
@@ -80,27 +100,29 @@ impl GenerationParams {
 }
 
 /// `chat.completions.create` minus the streaming flag, which the JS side handles.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, TS)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
     #[serde(default)]
+    #[ts(type = "unknown[]", optional)]
     pub tools: Vec<Value>,
     /// Qwen-style templates: whether the model may think before answering.
     #[serde(default)]
+    #[ts(as = "Option<bool>", optional)]
     pub enable_thinking: bool,
     #[serde(flatten)]
     pub params: GenerationParams,
 }
 
 /// `completions.create`: a raw prompt, no chat template.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, TS)]
 pub struct PromptRequest {
     pub prompt: String,
     #[serde(flatten)]
     pub params: GenerationParams,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -109,7 +131,7 @@ pub struct Usage {
     pub prefilled_tokens: usize,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct Timings {
     pub prefill_ms: f64,
     pub decode_ms: f64,
@@ -118,14 +140,15 @@ pub struct Timings {
 }
 
 /// One finished generation: the JS side wraps it into OpenAI's completion objects.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct GenerationResult {
     pub text: String,
-    pub finish_reason: &'static str,
+    pub finish_reason: StopReason,
     pub usage: Usage,
     pub timings: Timings,
     /// The generated ids, end-of-turn token excluded (raw prompts only).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(optional)]
     pub tokens: Option<Vec<u32>>,
 }
 
@@ -158,17 +181,27 @@ fn per_second(n: usize, ms: f64) -> f64 {
 }
 
 /// OpenAI's names; an abort reads as "abort" so the page can tell it from a natural stop.
-pub fn finish_reason(f: FinishReason) -> &'static str {
+pub fn finish_reason(f: FinishReason) -> StopReason {
     match f {
-        FinishReason::Stop => "stop",
-        FinishReason::Length | FinishReason::ContextFull => "length",
-        FinishReason::Aborted => "abort",
+        FinishReason::Stop => StopReason::Stop,
+        FinishReason::Length | FinishReason::ContextFull => StopReason::Length,
+        FinishReason::Aborted => StopReason::Abort,
     }
 }
 
+/// OpenAI's `finish_reason`, and "abort" for a request the page stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, TS)]
+#[serde(rename_all = "lowercase")]
+pub enum StopReason {
+    Stop,
+    Length,
+    Abort,
+}
+
 /// Load progress as the page sees it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct UploadProgress {
+    #[ts(type = "'upload'")]
     pub phase: &'static str,
     pub tensor: String,
     pub tensors_done: usize,
@@ -178,7 +211,7 @@ pub struct UploadProgress {
 }
 
 /// What `engine.info()` reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct EngineInfo {
     pub adapter: AdapterInfo,
     pub model: ModelInfo,
@@ -187,7 +220,7 @@ pub struct EngineInfo {
 }
 
 /// A LoRA adapter applied to the model.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, TS)]
 pub struct LoraInfo {
     pub rank: usize,
     pub alpha: f32,
@@ -199,7 +232,7 @@ pub struct LoraInfo {
     pub base_model: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct AdapterInfo {
     pub name: String,
     pub backend: String,
@@ -238,7 +271,7 @@ impl AdapterInfo {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct ModelInfo {
     pub name: String,
     pub architecture: String,
@@ -252,6 +285,7 @@ pub struct ModelInfo {
     pub gpu_weights_bytes: u64,
     pub gpu_kv_cache_bytes: u64,
     /// The KV cache's element type ("f16" or "f32").
+    #[ts(type = "'f16' | 'f32'")]
     pub kv_cache: &'static str,
     pub gpu_activation_bytes: u64,
 }
@@ -280,7 +314,7 @@ impl ModelInfo {
 
 /// What the header of a (possibly partly downloaded) GGUF says, checked before the rest of it
 /// is fetched: a file the engine cannot run fails in its first megabytes.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, TS)]
 pub struct HeaderInfo {
     pub architecture: String,
     pub tensors: usize,
@@ -311,6 +345,7 @@ mod tests {
         assert_eq!(r.tools.len(), 1);
         let s = r.params.sampling().unwrap();
         assert_eq!((s.temperature, s.top_p, s.top_k, s.seed), (0.0, 1.0, 20, 7));
+        assert_eq!((s.repeat_penalty, s.presence_penalty), (1.0, 0.0));
         assert_eq!(r.params.max_tokens().unwrap(), 8);
 
         let r = chat(serde_json::json!({"messages": []})).unwrap();
@@ -335,6 +370,15 @@ mod tests {
                 .sampling()
                 .is_err()
         );
+        let e = p(serde_json::json!({"prompt": "x", "repeat_penalty": 0}))
+            .sampling()
+            .unwrap_err();
+        assert!(e.message.contains("repeat_penalty"), "{}", e.message);
+        let s =
+            p(serde_json::json!({"prompt": "x", "presence_penalty": 0.5, "repeat_penalty": 1.1}))
+                .sampling()
+                .unwrap();
+        assert_eq!((s.repeat_penalty, s.presence_penalty), (1.1, 0.5));
         assert!(
             p(serde_json::json!({"prompt": "x", "max_tokens": 0}))
                 .max_tokens()
@@ -357,7 +401,7 @@ mod tests {
             decode_ms: 200.0,
         };
         let r = GenerationResult::new(&c, Some(vec![1, 2]));
-        assert_eq!(r.finish_reason, "stop");
+        assert_eq!(r.finish_reason, StopReason::Stop);
         assert_eq!(r.usage.total_tokens, 25);
         assert_eq!(r.timings.prefill_tokens_per_s, 30.0);
         assert_eq!(r.timings.decode_tokens_per_s, 20.0);
@@ -369,7 +413,7 @@ mod tests {
             ..c
         };
         let r = GenerationResult::new(&aborted, None);
-        assert_eq!(r.finish_reason, "abort");
+        assert_eq!(r.finish_reason, StopReason::Abort);
         assert_eq!(r.timings.decode_tokens_per_s, 0.0);
         assert!(serde_json::to_value(&r).unwrap().get("tokens").is_none());
     }

@@ -87,7 +87,7 @@ impl From<TokenizerError> for WebError {
 impl From<ModelError> for WebError {
     fn from(e: ModelError) -> Self {
         let code = match &e {
-            ModelError::ContextFull { .. } => "context-full",
+            ModelError::ContextFull { .. } | ModelError::PromptTooLong { .. } => "context-full",
             ModelError::Other(m) if m.contains("device was lost") => "device-lost",
             ModelError::Other(m) if m.contains("out of memory") => "out-of-memory",
             ModelError::Other(_) => "internal",

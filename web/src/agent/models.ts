@@ -5,22 +5,15 @@
  */
 import type { ChatMessage, Engine, EngineInfo, Progress, PromptProgress } from '../lib/index';
 import type { ModelHost } from './wasm/lilypad_agent_wasm.js';
+import type { Message } from '../lib/wire';
 import { formatBytes } from '../ui/presets';
 
 type ModelRequest = Parameters<ModelHost['complete']>[0];
 type ModelReply = Awaited<ReturnType<ModelHost['complete']>>;
 
-/** The agent's messages (tool calls with parsed arguments). */
-interface AgentMessage {
-  role: ChatMessage['role'];
-  content: string;
-  reasoning_content?: string;
-  tool_calls?: Array<{ name: string; arguments: unknown }>;
-  name?: string;
-}
-
-export function toChatMessages(messages: unknown[]): ChatMessage[] {
-  return (messages as AgentMessage[]).map((m) => {
+/** The agent's messages (tool calls with parsed arguments) as OpenAI's. */
+export function toChatMessages(messages: Message[]): ChatMessage[] {
+  return messages.map((m) => {
     const out: ChatMessage = { role: m.role, content: m.content };
     if (m.reasoning_content) out.reasoning_content = m.reasoning_content;
     if (m.name) out.name = m.name;
@@ -59,6 +52,8 @@ export function engineModel(engine: Engine, info: EngineInfo): EngineModelHost {
         top_p: req.sampling.top_p,
         top_k: req.sampling.top_k,
         seed: req.sampling.seed,
+        presence_penalty: req.sampling.presence_penalty,
+        repeat_penalty: req.sampling.repeat_penalty,
         enable_thinking: req.enable_thinking,
       });
       let text = '';

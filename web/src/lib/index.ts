@@ -15,15 +15,15 @@ import { LilypadError, errorData, toError } from './errors';
 import { opfsStore } from './opfs';
 import { type LoraAdapter, resolveLora } from './lora';
 import type {
-  FromWorker, GenerationResult, LoadOptions, LoraInfo, LoraSource, ModelSource, Progress, PromptProgress, ToWorker,
-  WireChatRequest, WireMessage, WireParams,
+  ChatRequest, EngineInfo, FromWorker, GenerationParams, GenerationResult, LoadOptions, LoraInfo, LoraSource,
+  ModelSource, Progress, PromptProgress, ToWorker, WireMessage,
 } from './protocol';
 import { cacheKey } from './ranges';
 
 export { LilypadError } from './errors';
 export type { ErrorCode } from './errors';
 export type { CachedModel } from './cache';
-export type { GenerationResult, LoadOptions, LoraInfo, Progress, PromptProgress } from './protocol';
+export type { EngineInfo, GenerationResult, LoadOptions, LoraInfo, Progress, PromptProgress } from './protocol';
 export type { AdapterFile, LoraAdapter } from './lora';
 export { loraFromFiles } from './lora';
 
@@ -59,15 +59,11 @@ export interface ChatMessage {
   tool_call_id?: string;
 }
 
-export interface SamplingOptions {
-  max_tokens?: number;
-  /** 0 is greedy; default 1. */
-  temperature?: number;
-  top_p?: number;
-  /** 0 = off. */
-  top_k?: number;
-  seed?: number;
-}
+/**
+ * Length and sampling: `max_tokens`, `temperature` (0 is greedy; default 1), `top_p`, `top_k`
+ * (0 = off), `seed`, `presence_penalty` and `repeat_penalty` (over the last 64 tokens).
+ */
+export type SamplingOptions = GenerationParams;
 
 /** Options of a request that are not sent to the model. */
 export interface RequestHooks {
@@ -154,35 +150,6 @@ export interface CompletionChunk {
   tokens?: number[];
 }
 
-export interface EngineInfo {
-  adapter: {
-    name: string;
-    backend: string;
-    device_type: string;
-    driver: string;
-    features: string[];
-    max_storage_buffer_binding_size: number;
-    max_buffer_size: number;
-  };
-  model: {
-    name: string;
-    architecture: string;
-    layers: number;
-    embedding: number;
-    vocab: number;
-    context: number;
-    parameters: number;
-    file_bytes: number;
-    gpu_weights_bytes: number;
-    gpu_kv_cache_bytes: number;
-    /** The KV cache's element type. */
-    kv_cache: 'f16' | 'f32';
-    gpu_activation_bytes: number;
-  };
-  /** The LoRA adapter in use, or null. */
-  lora: LoraInfo | null;
-}
-
 /** OpenAI's message shapes to the engine's: text parts joined, tool arguments parsed. */
 export function toWireMessages(messages: ChatMessage[]): WireMessage[] {
   return messages.map((m) => {
@@ -210,9 +177,9 @@ function compact<T extends object>(o: T): T {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as T;
 }
 
-function wireParams(r: SamplingOptions): WireParams {
-  const { max_tokens, temperature, top_p, top_k, seed } = r;
-  return compact({ max_tokens, temperature, top_p, top_k, seed });
+function wireParams(r: SamplingOptions): GenerationParams {
+  const { max_tokens, temperature, top_p, top_k, seed, presence_penalty, repeat_penalty } = r;
+  return compact({ max_tokens, temperature, top_p, top_k, seed, presence_penalty, repeat_penalty });
 }
 
 /** A queue that one side fills and an async iterator drains. */
@@ -361,7 +328,7 @@ export class Engine {
     const id = newId('chatcmpl');
     const created = Math.floor(Date.now() / 1000);
     const model = this.modelName;
-    const request: WireChatRequest = compact({
+    const request: ChatRequest = compact({
       messages: toWireMessages(req.messages),
       tools: req.tools,
       enable_thinking: req.enable_thinking,

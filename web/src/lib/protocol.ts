@@ -1,5 +1,18 @@
 /** Messages between the page (index.ts) and the engine's worker (worker.ts). */
 import type { ErrorData } from './errors';
+import type { ChatRequest, PromptRequest } from './wire';
+
+// The shapes the engine's wasm side takes and returns, generated from its Rust types.
+export type {
+  ChatRequest,
+  EngineInfo,
+  GenerationParams,
+  GenerationResult,
+  LoraInfo,
+  Message as WireMessage,
+  PromptRequest,
+  UploadProgress,
+} from './wire';
 
 export type ModelSource = { kind: 'url'; url: string } | { kind: 'blob'; blob: Blob; name: string };
 
@@ -12,18 +25,6 @@ export interface LoraSource {
   config: AdapterFileSource;
   /** `adapter_model.safetensors` */
   weights: AdapterFileSource;
-}
-
-/** The LoRA adapter in use, as `engine.info().lora` and `engine.setLora()` report it. */
-export interface LoraInfo {
-  rank: number;
-  alpha: number;
-  /** What B·A is multiplied by: alpha / rank, or alpha / √rank with rsLoRA. */
-  scale: number;
-  /** How many of the model's linear projections it adapts. */
-  linears: number;
-  /** `base_model_name_or_path` from adapter_config.json. */
-  base_model: string | null;
 }
 
 export interface LoadOptions {
@@ -55,47 +56,11 @@ export interface PromptProgress {
   total: number;
 }
 
-/** What the engine's wasm side takes for a request (snake_case, as in OpenAI's API). */
-export interface WireMessage {
-  role: 'system' | 'user' | 'assistant' | 'tool';
-  content: string;
-  reasoning_content?: string;
-  tool_calls?: Array<{ name: string; arguments: unknown }>;
-  name?: string;
-}
-
-export interface WireParams {
-  max_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  seed?: number;
-}
-
-export interface WireChatRequest extends WireParams {
-  messages: WireMessage[];
-  tools?: unknown[];
-  enable_thinking?: boolean;
-}
-
-export interface WirePromptRequest extends WireParams {
-  prompt: string;
-}
-
-export interface GenerationResult {
-  text: string;
-  finish_reason: 'stop' | 'length' | 'abort';
-  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number; prefilled_tokens: number };
-  timings: { prefill_ms: number; decode_ms: number; prefill_tokens_per_s: number; decode_tokens_per_s: number };
-  /** Raw completions only: the generated token ids. */
-  tokens?: number[];
-}
-
 export type ToWorker =
   | { id: number; type: 'load'; source: ModelSource; options: LoadOptions; lora?: LoraSource }
   | { id: number; type: 'setLora'; lora: LoraSource | null }
-  | { id: number; type: 'chat'; request: WireChatRequest }
-  | { id: number; type: 'complete'; request: WirePromptRequest }
+  | { id: number; type: 'chat'; request: ChatRequest }
+  | { id: number; type: 'complete'; request: PromptRequest }
   | { id: number; type: 'info' | 'reset' | 'unload' }
   | { type: 'abort' }
   | { type: 'destroyDevice' }

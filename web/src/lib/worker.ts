@@ -11,7 +11,10 @@ import { LilypadError, errorData } from './errors';
 import { opfsStore } from './opfs';
 import { readLoraFiles } from './lora';
 import { openPromptStates } from './prompt-states';
-import type { FromWorker, LoadOptions, LoraSource, ModelSource, Progress, ToWorker } from './protocol';
+import type {
+  EngineInfo, FromWorker, LoadOptions, LoraSource, ModelSource, Progress, ToWorker, UploadProgress,
+} from './protocol';
+import type { LoadOptions as WireLoadOptions } from './wire';
 import { type ModelReader, blobReader, fileReader } from './readers';
 
 /**
@@ -76,8 +79,8 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
     engine = await loadEngine(
       reader,
       name,
-      { context: options.context, max_chunk_bytes: options.maxChunkBytes, kv_cache: options.kvCache },
-      (p: { tensor: string; tensors_done: number; tensors_total: number; bytes_done: number; bytes_total: number }) =>
+      { context: options.context, max_chunk_bytes: options.maxChunkBytes, kv_cache: options.kvCache } satisfies WireLoadOptions,
+      (p: UploadProgress) =>
         progress({
           phase: 'upload',
           tensor: p.tensor,
@@ -100,8 +103,8 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
 }
 
 /** The engine's info, with the adapter named from the browser's description (wgpu gets no name). */
-function info(adapter?: GPUAdapterInfo) {
-  const i = loaded().info() as { adapter: { name: string } };
+function info(adapter?: GPUAdapterInfo): EngineInfo {
+  const i = loaded().info() as EngineInfo;
   if (!i.adapter.name && adapter) {
     i.adapter.name = [adapter.vendor, adapter.architecture, adapter.description].filter(Boolean).join(' ') || 'WebGPU adapter';
   }

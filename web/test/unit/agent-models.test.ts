@@ -4,7 +4,7 @@ import { scriptedModel, toChatMessages } from '../../src/agent/models';
 const request = {
   messages: [],
   tools: [],
-  sampling: { temperature: 0, top_p: 1, top_k: 0, seed: 0 },
+  sampling: { temperature: 0, top_p: 1, top_k: 0, seed: 0, repeat_penalty: 1, presence_penalty: 0 },
   max_tokens: 16,
   enable_thinking: false,
 };
