@@ -77,6 +77,11 @@ async function waitReady() {
   await page.waitForFunction(() => ['ready', 'empty'].includes(document.getElementById('agent').dataset.state), null, { timeout: 120_000 });
   assert.equal(await panelState(), 'ready', await page.textContent('.agent-project-status'));
 }
+/** Clicks "Run the tests" and waits until the panel shows their result. */
+async function runTestsButton() {
+  await page.click('.agent-run-tests');
+  await page.waitForFunction(() => !document.getElementById('agent').dataset.tests, null, { timeout: 120_000 });
+}
 const shell = (command, timeout) =>
   page.evaluate(([c, t]) => window.lilypadAgent.panel.session.tool('Bash', { command: c, ...(t && { timeout: t }) }), [command, timeout]);
 
@@ -119,7 +124,7 @@ try {
   assert.doesNotMatch(after.content, /failed/);
 
   // The panel's button runs the same command and shows the result.
-  await page.click('.agent-run-tests');
+  await runTestsButton();
   assert.equal(await page.getAttribute('.agent-test-output', 'data-passed'), 'true');
 
   // Python writes files back into the project; the shell sees them; git knows the changes.
@@ -147,18 +152,33 @@ try {
     ["printf 'def test_forever():\\n    while True:\\n        pass\\n' > test_forever.py && python -m pytest -q test_forever.py", 'a test that never ends'],
     // The interrupt lands in the inner loop, inside the try, every time.
     ["printf 'while True:\\n    try:\\n        for i in range(10 ** 7):\\n            pass\\n    except BaseException:\\n        pass\\n' > swallow.py && python3 swallow.py", 'a loop that catches the interrupt'],
+    // No interrupt reaches these: the page ends Python's worker and starts another.
+    ['python3 -c "sum(range(10 ** 13))"', 'a long C call'],
+    ["printf 'import sys\\nwhile True:\\n    try:\\n        while True:\\n            sys.settrace(None)\\n    except BaseException:\\n        pass\\n' > untrap.py && python3 untrap.py", 'a loop that clears the trace'],
   ];
   for (const [command, what] of loops) {
     started = Date.now();
-    const stopped = await shell(command, 2000);
+    // Python runs in its worker: the page's event loop goes on meanwhile.
+    const [stopped, ticks] = await page.evaluate(async ([c]) => {
+      let ticks = 0;
+      const timer = setInterval(() => ticks++, 50);
+      try {
+        return [await window.lilypadAgent.panel.session.tool('Bash', { command: c, timeout: 2000 }), ticks];
+      } finally {
+        clearInterval(timer);
+      }
+    }, [command]);
     const ms = Date.now() - started;
-    console.log(`  ${what}: stopped after ${ms} ms: ${JSON.stringify(stopped.content.trim().split('\n').at(-1))}`);
+    console.log(`  ${what}: stopped after ${ms} ms (the page ran ${ticks} timer ticks meanwhile): ${JSON.stringify(stopped.content.trim().split('\n').at(-1))}`);
+    assert.ok(ticks >= 10, `the page was blocked while Python ran ${what} (${ticks} ticks in ${ms} ms)`);
+    if (what === 'a long C call') assert.match(stopped.content, /Python was restarted/, stopped.content);
     assert.equal(stopped.is_error, true, stopped.content);
     assert.match(stopped.content, /timed out after 2000 ms/, stopped.content);
     assert.ok(ms < 10_000, `${what} took ${ms} ms to stop`);
     results[`python_stop_ms_${what.replace(/\W+/g, '_')}`] = ms;
   }
-  assert.equal((await shell('rm test_forever.py swallow.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
+  results.python_restarts = await page.evaluate(() => window.lilypadAgent.panel.session.python?.restarts);
+  assert.equal((await shell('rm test_forever.py swallow.py untrap.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
 
 
   step('2. a scripted model fixes examples/leap-year in the panel; the patch is downloaded');
@@ -178,7 +198,7 @@ try {
     'Centuries are leap years only when divisible by 400; the tests pass now.',
   ];
   // The tests fail before the fix; the summary line is shown on its own, whatever the output's length.
-  await page.click('.agent-run-tests');
+  await runTestsButton();
   assert.equal(await page.getAttribute('.agent-test-result', 'data-passed'), 'false');
   const failedSummary = await page.textContent('.agent-test-summary');
   assert.match(failedSummary, /^\d+ failed, \d+ passed in [\d.]+s$/, failedSummary);
@@ -210,7 +230,7 @@ try {
   assert.equal(await page.getAttribute('.agent-test-result', 'data-stale'), 'true');
   assert.equal(await page.isVisible('.agent-test-stale'), true);
   await shot('agent-scripted-done');
-  await page.click('.agent-run-tests');
+  await runTestsButton();
   assert.equal(await page.getAttribute('.agent-test-result', 'data-stale'), 'false');
   assert.equal(await page.getAttribute('.agent-test-result', 'data-passed'), 'true');
   assert.match(await page.textContent('.agent-test-summary'), /^\d+ passed in [\d.]+s$/);

@@ -17,8 +17,8 @@ await build({
   define: { 'import.meta.env': 'globalThis.lilypadEnv' },
 });
 await build({
-  entryPoints: { 'engine-worker': '../src/lib/worker.ts' }, bundle: true, platform: 'browser', format: 'esm',
-  target: 'es2022', outdir: 'dist', logLevel: 'warning',
+  entryPoints: { 'engine-worker': '../src/lib/worker.ts', 'python-worker': '../src/agent/python-worker.ts' },
+  bundle: true, platform: 'browser', format: 'esm', target: 'es2022', outdir: 'dist', logLevel: 'warning',
 });
 await build({ entryPoints: { webview: 'src/webview.css' }, bundle: true, outdir: 'dist', logLevel: 'warning' });
 const wasm = `${web}src/agent/wasm/lilypad_agent_wasm_bg.wasm`;

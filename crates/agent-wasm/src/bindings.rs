@@ -11,6 +11,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use js_sys::{Array, Function, Promise, Reflect, Uint8Array};
+use lilypad_agent::shell::LocalFuture;
 use lilypad_agent::{
     AgentEvent, Completion, ExternalShell, LanguageModel, ModelError, ProgramIo, PythonRunner,
     RepoPath, Repository, Request, ShellOutput, TokenSink, ToolCall, run_agent, tool_schemas,
@@ -26,7 +27,10 @@ const HOSTS: &str = r#"
 // The shapes below come from the Rust types (web/src/lib/wire.ts is generated from them).
 import type { Completion, Message, Sampling } from '../../lib/wire';
 
-/** Runs Python for the shell's `python`, `python3`, `pytest` and `pip`, synchronously. */
+/**
+ * Runs Python for the shell's `python`, `python3`, `pytest` and `pip`. The answer may be a
+ * promise: the page's host runs Pyodide in a worker, which it stops at the time limit.
+ */
 export interface PythonHost {
   run(request: {
     root: string;
@@ -38,12 +42,14 @@ export interface PythonHost {
     files: Array<[string, Uint8Array]>;
     /** The command's time left: the host stops the program when it runs out (absent: no limit). */
     timeout_ms?: number;
-  }): {
-    exitCode: number;
-    output: Array<{ stream: 'stdout' | 'stderr'; text: string }>;
-    /** Files the program wrote (contents) or deleted (null), relative to root. */
-    changes: Array<[string, Uint8Array | null]>;
-  };
+  }): PythonResult | Promise<PythonResult>;
+}
+
+export interface PythonResult {
+  exitCode: number;
+  output: Array<{ stream: 'stdout' | 'stderr'; text: string }>;
+  /** Files the program wrote (contents) or deleted (null), relative to root. */
+  changes: Array<[string, Uint8Array | null]>;
 }
 
 /**
@@ -226,15 +232,22 @@ impl AgentWorkspace {
     }
 
     /// Runs one tool call as the agent would: `tool('Bash', { command: 'pytest -q' })`.
-    /// Resolves to `{ content, is_error }`.
-    pub fn tool(&self, name: String, args: JsValue) -> Result<JsValue, JsValue> {
+    /// Resolves to `{ content, is_error }`. The tools are lent to the call while it runs (the
+    /// page may read files meanwhile; a second call or a run is refused until it ends).
+    pub fn tool(&self, name: String, args: JsValue) -> Result<Promise, JsValue> {
         let arguments: serde_json::Value = serde_wasm_bindgen::from_value(args).map_err(error)?;
-        let observation = self
-            .inner
-            .borrow_mut()
-            .tool(&ToolCall { name, arguments })
-            .map_err(error)?;
-        to_js(&observation)
+        let (mut toolbox, mut repo) = {
+            let mut ws = self.inner.borrow_mut();
+            (ws.begin_run().map_err(error)?, ws.repo())
+        };
+        let inner = self.inner.clone();
+        Ok(future_to_promise(async move {
+            let observation = toolbox
+                .execute_async(&mut repo, &ToolCall { name, arguments })
+                .await;
+            inner.borrow_mut().end_run(toolbox);
+            to_js(&observation)
+        }))
     }
 
     /// Runs the agent on `task` with `model`. `config` overrides AgentConfig's fields
@@ -366,25 +379,27 @@ impl ExternalShell for JsTerminal {
 struct JsPython(PythonHost);
 
 impl PythonRunner for JsPython {
-    fn run(
-        &mut self,
-        repo: &mut dyn Repository,
-        cwd: &RepoPath,
-        argv: &[String],
-        io: &mut ProgramIo,
-    ) -> i32 {
-        match self.call(repo, cwd, argv, io) {
-            Ok(status) => status,
-            Err(message) => {
-                io.write_stderr(format!("{}: {message}\n", argv[0]).as_bytes());
-                1
+    fn run<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        cwd: &'a RepoPath,
+        argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32> {
+        Box::pin(async move {
+            match self.call(repo, cwd, argv, io).await {
+                Ok(status) => status,
+                Err(message) => {
+                    io.write_stderr(format!("{}: {message}\n", argv[0]).as_bytes());
+                    1
+                }
             }
-        }
+        })
     }
 }
 
 impl JsPython {
-    fn call(
+    async fn call(
         &mut self,
         repo: &mut dyn Repository,
         cwd: &RepoPath,
@@ -414,6 +429,10 @@ impl JsPython {
             })
             .map_err(|e| js_message(&e))?;
         let answer = self.0.run(&request).map_err(|e| js_message(&e))?;
+        // A promise (the worker's answer) or the result itself.
+        let answer = JsFuture::from(Promise::resolve(&answer))
+            .await
+            .map_err(|e| js_message(&e))?;
         let output = get(&answer, "output");
         for chunk in Array::from(&output).iter() {
             let text = get(&chunk, "text").as_string().unwrap_or_default();

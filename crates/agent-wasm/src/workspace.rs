@@ -193,9 +193,9 @@ impl Workspace {
 
     /// Runs one tool call exactly as the agent would (the page's "run the tests" is a `Bash`
     /// call, so it shows what the model would read).
-    pub fn tool(&mut self, call: &ToolCall) -> Result<Observation, WorkspaceError> {
+    pub async fn tool(&mut self, call: &ToolCall) -> Result<Observation, WorkspaceError> {
         let toolbox = self.toolbox.as_mut().ok_or_else(busy)?;
-        Ok(toolbox.execute(&mut self.repo, call))
+        Ok(toolbox.execute_async(&mut self.repo, call).await)
     }
 
     /// Lends the toolbox to an agent run; give it back with [`Workspace::end_run`].

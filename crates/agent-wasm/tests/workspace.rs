@@ -1,6 +1,7 @@
 //! The browser workspace natively: imports, the shared repository, git in the shell, a Python
 //! runner's file changes, the busy rule during a run, and agent settings from partial JSON.
 
+use lilypad_agent::shell::LocalFuture;
 use lilypad_agent::{
     ProgramIo, PythonRunner, RepoPath, Repository, ScriptedModel, ToolCall, Toolbox, run_agent,
 };
@@ -28,25 +29,25 @@ fn bash(ws: &mut Workspace, command: &str) -> String {
         name: "Bash".into(),
         arguments: json!({ "command": command }),
     };
-    ws.tool(&call).unwrap().content
+    pollster::block_on(ws.tool(&call)).unwrap().content
 }
 
 /// Stands in for Pyodide: writes a file and deletes another, as a Python program might.
 struct WritingPython;
 
 impl PythonRunner for WritingPython {
-    fn run(
-        &mut self,
-        repo: &mut dyn Repository,
-        _cwd: &RepoPath,
-        argv: &[String],
-        io: &mut ProgramIo,
-    ) -> i32 {
+    fn run<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        _cwd: &'a RepoPath,
+        argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32> {
         io.write_stdout(format!("{argv:?}\n").as_bytes());
         repo.write(&RepoPath::new("out.txt").unwrap(), b"written\n")
             .unwrap();
         repo.remove(&RepoPath::new("TASK.md").unwrap()).unwrap();
-        0
+        Box::pin(std::future::ready(0))
     }
 }
 
@@ -107,7 +108,10 @@ fn a_run_holds_the_tools_and_the_page_still_reads_files() {
         name: "Read".into(),
         arguments: json!({ "file_path": "roman.py" }),
     };
-    assert!(matches!(ws.tool(&call), Err(WorkspaceError::Busy)));
+    assert!(matches!(
+        pollster::block_on(ws.tool(&call)),
+        Err(WorkspaceError::Busy)
+    ));
     assert!(matches!(ws.set_python(None), Err(WorkspaceError::Busy)));
     let mut repo = ws.repo();
     let replies = [
@@ -134,7 +138,7 @@ fn a_run_holds_the_tools_and_the_page_still_reads_files() {
     assert!(seen.contains(&4), "{seen:?}");
     assert_eq!(ws.read("new.py").unwrap(), b"A = 1\n");
     assert_eq!(trajectory.patch, ws.diff());
-    assert!(ws.tool(&call).is_ok());
+    assert!(pollster::block_on(ws.tool(&call)).is_ok());
 }
 
 #[test]

@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use clap::Args;
 use lilypad_agent::archive::{ImportLimits, import_dir};
+use lilypad_agent::shell::LocalFuture;
 use lilypad_agent::{
     AgentConfig, AgentEvent, Baseline, Change, CommandTag, LanguageModel, ProgramIo, PythonRunner,
     RepoError, RepoPath, Repository, Sampling, Sandbox, ScriptedModel, Toolbox, Trajectory,
@@ -540,14 +541,15 @@ struct ScratchPython {
 const PYTHON_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl PythonRunner for ScratchPython {
-    fn run(
-        &mut self,
-        repo: &mut dyn Repository,
-        cwd: &RepoPath,
-        argv: &[String],
-        io: &mut ProgramIo,
-    ) -> i32 {
-        match run_python(&self.sandbox, repo, cwd, argv, io) {
+    /// Runs the program to its end before answering (a native process, waited on here).
+    fn run<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        cwd: &'a RepoPath,
+        argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32> {
+        let status = match run_python(&self.sandbox, repo, cwd, argv, io) {
             Ok(code) => code,
             Err(e) => {
                 io.write_stderr(
@@ -555,7 +557,8 @@ impl PythonRunner for ScratchPython {
                 );
                 126
             }
-        }
+        };
+        Box::pin(std::future::ready(status))
     }
 }
 

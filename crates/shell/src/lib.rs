@@ -27,6 +27,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+/// A future that stays on its thread (the browser's shell and Python are single-threaded).
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
 use lilypad_repo::{RepoPath, Repository};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,13 +50,25 @@ pub trait ExternalShell {
         &'a mut self,
         command: &'a str,
         timeout: Duration,
-    ) -> Pin<Box<dyn Future<Output = Result<ShellOutput, String>> + 'a>>;
+    ) -> LocalFuture<'a, Result<ShellOutput, String>>;
 }
 
 pub trait Shell {
     /// Runs `command` with the repository root as the starting folder. A shell that keeps a
     /// working folder between calls (`cd`) reports it through [`Shell::cwd`].
     fn run(&mut self, repo: &mut dyn Repository, command: &str, timeout: Duration) -> ShellOutput;
+
+    /// [`Shell::run`] for callers that can wait: a shell whose programs answer asynchronously
+    /// (the browser's Python, in a worker) only runs them here.
+    fn run_async<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        command: &'a str,
+        timeout: Duration,
+    ) -> LocalFuture<'a, ShellOutput> {
+        let output = self.run(repo, command, timeout);
+        Box::pin(std::future::ready(output))
+    }
 
     /// The folder the next command starts in.
     fn cwd(&self) -> RepoPath {

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use lilypad_repo::{RepoPath, Repository, VirtualRepo};
-use lilypad_shell::{Baseline, ProgramIo, PythonRunner, Shell, VirtualShell};
+use lilypad_shell::{Baseline, LocalFuture, ProgramIo, PythonRunner, Shell, VirtualShell};
 
 const FILES: &[(&str, &str)] = &[
     ("README.md", "# Demo\nA small project.\n"),
@@ -1646,18 +1646,18 @@ fn output_is_capped() {
 struct FakePython;
 
 impl PythonRunner for FakePython {
-    fn run(
-        &mut self,
-        repo: &mut dyn Repository,
-        cwd: &RepoPath,
-        argv: &[String],
-        io: &mut ProgramIo,
-    ) -> i32 {
+    fn run<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        cwd: &'a RepoPath,
+        argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32> {
         let stdin = String::from_utf8_lossy(io.stdin()).into_owned();
         io.write_stdout(format!("cwd={cwd} argv={argv:?} stdin={stdin:?}\n").as_bytes());
         io.write_stderr(b"warning: fake\n");
         repo.write(&cwd.join("ran.txt").unwrap(), b"yes").unwrap();
-        3
+        Box::pin(std::future::ready(3))
     }
 }
 
@@ -1989,18 +1989,18 @@ struct LimitedPython {
 }
 
 impl PythonRunner for LimitedPython {
-    fn run(
-        &mut self,
-        _repo: &mut dyn Repository,
-        _cwd: &RepoPath,
-        _argv: &[String],
-        io: &mut ProgramIo,
-    ) -> i32 {
+    fn run<'a>(
+        &'a mut self,
+        _repo: &'a mut dyn Repository,
+        _cwd: &'a RepoPath,
+        _argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32> {
         let left = io.time_left().expect("a command always has a time limit");
         self.told.borrow_mut().push(left);
         std::thread::sleep(left + Duration::from_millis(5));
         io.write_stderr(b"python3: stopped at the command's time limit\n");
-        124
+        Box::pin(std::future::ready(124))
     }
 }
 
@@ -2030,4 +2030,88 @@ fn python_gets_the_time_left_and_its_stop_times_the_command_out() {
         out.output.contains("stopped at the command's time limit"),
         "{out:?}"
     );
+}
+
+/// Stands in for Pyodide in a worker: each run answers only after the caller has waited once
+/// (a pending future), then prints its arguments and writes `ran-N.txt`.
+struct LaterPython {
+    runs: usize,
+}
+
+/// Ready on its second poll.
+struct WaitOnce(bool);
+
+impl std::future::Future for WaitOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+impl PythonRunner for LaterPython {
+    fn run<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        cwd: &'a RepoPath,
+        argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32> {
+        Box::pin(async move {
+            WaitOnce(false).await;
+            self.runs += 1;
+            io.write_stdout(format!("{}\n", argv[1..].join(" ")).as_bytes());
+            let file = cwd.join(&format!("ran-{}.txt", self.runs)).unwrap();
+            repo.write(&file, b"").unwrap();
+            0
+        })
+    }
+}
+
+/// Polls `future` to its end on this thread (it wakes itself when it waits).
+fn wait<T>(future: LocalFuture<'_, T>) -> T {
+    let mut future = future;
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+}
+
+#[test]
+fn python_that_answers_later_runs_wherever_a_command_can_run() {
+    let mut repo = fixture();
+    let mut sh = VirtualShell::new().with_python(Box::new(LaterPython { runs: 0 }));
+    let script = "echo 'python3 from-source' > s.sh; \
+        for i in 1 2; do echo \"[$(python3 subst $i)]\" | tr a-z A-Z; done; \
+        timeout 5 python3 timeout && bash -c 'python3 bash-c' || echo unreachable; \
+        env X=1 python3 env; time python3 time 2>/dev/null; command python3 command; \
+        eval 'python3 eval'; source s.sh; echo xargs | xargs python3; \
+        find . -name s.sh -exec python3 find {} \\; ; \
+        if python3 cond; then python3 then > out.txt; fi; cat out.txt";
+    let out = wait(sh.run_async(&mut repo, script, TIMEOUT));
+    assert_eq!(
+        out.output,
+        "[SUBST 1]\n[SUBST 2]\ntimeout\nbash-c\nenv\ntime\ncommand\neval\nfrom-source\nxargs\n\
+         find ./s.sh\ncond\nthen\n"
+    );
+    assert_eq!(out.exit_code, Some(0));
+    // Every run wrote its file, in order.
+    for n in 1..=13 {
+        let name = format!("ran-{n}.txt");
+        assert!(repo.read(&p(&name)).is_ok(), "{name}");
+    }
+
+    // Run to its end at once, such a runner cannot answer: the command says so.
+    let out = sh.run(&mut repo, "python3 -c 1", TIMEOUT);
+    assert_eq!(out.exit_code, Some(1));
+    assert!(out.output.contains("Shell::run_async"), "{}", out.output);
 }

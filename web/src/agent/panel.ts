@@ -9,7 +9,8 @@ import { renderReply } from '../ui/thinking';
 import { FileEditor, PatchView } from './editor';
 import { testSummary } from './test-summary';
 import type { EngineModelHost } from './models';
-import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type TerminalHost, type Trajectory } from './session';
+import type { PythonOptions } from './python';
+import { type AgentEvent, AgentSession, type AgentSettings, type ModelHost, type Observation, type TerminalHost, type Trajectory } from './session';
 
 export interface ModelChoice {
   id: string;
@@ -32,6 +33,8 @@ export interface PanelHost {
   changed?(session: AgentSession): void;
   /** A real terminal for the run's `Bash` calls (an editor's, opted into); none: the project's shell. */
   terminal?(): TerminalHost | undefined;
+  /** How Python's worker starts (an editor's webview hands it its script). */
+  python?: PythonOptions;
 }
 
 const TEMPLATE = `
@@ -182,7 +185,7 @@ export class AgentPanel {
       this.editor.clear();
       this.setStatus('.agent-project-status', `${this.session.files().length} files; loading Python…`);
       this.refresh();
-      const python = await this.session.enablePython();
+      const python = await this.session.enablePython(this.host.python);
       this.setStatus('.agent-project-status', `${this.session.name}: ${this.session.files().length} files at ${this.session.root}; Python ${python.version} with pytest`);
       this.root.dataset.state = 'ready';
     } catch (e) {
@@ -260,11 +263,25 @@ export class AgentPanel {
   /** The patch when the tests last ran from the button: the output is stale once it changes. */
   private testedPatch?: string;
 
-  runTests() {
+  async runTests() {
     if (!this.session) return;
     const result = this.$('.agent-test-result');
     const out = this.$('.agent-test-output');
-    const run = this.session.runTests();
+    const button = this.$<HTMLButtonElement>('.agent-run-tests');
+    button.disabled = true;
+    // While Python works in its worker the page stays live: say what it is doing.
+    this.root.dataset.tests = 'running';
+    result.hidden = false;
+    this.$('.agent-test-summary').textContent = 'Running the tests…';
+    let run: Observation;
+    try {
+      run = await this.session.runTests();
+    } catch (e) {
+      run = { content: String((e as Error)?.message ?? e), is_error: true };
+    } finally {
+      delete this.root.dataset.tests;
+      button.disabled = !this.session || this.session.isRunning;
+    }
     this.testedPatch = this.session.patch();
     result.hidden = false;
     result.dataset.passed = String(!run.is_error);

@@ -4,16 +4,16 @@
  * playground's panel and the VS Code webview drive the same object.
  */
 import init, { AgentWorkspace, type ModelHost, type TerminalHost, toolSchemas } from './wasm/lilypad_agent_wasm.js';
-import { type PythonOptions, type PyodideRunner, loadPython } from './python';
+import { type PythonOptions, type WorkerPython, loadPython } from './python';
 
 export type { ModelHost, PythonHost, TerminalHost } from './wasm/lilypad_agent_wasm.js';
 
 let wasm: Promise<unknown> | undefined;
 const ready = () => (wasm ??= init());
 
-let python: Promise<PyodideRunner> | undefined;
-/** Pyodide is loaded once per page and shared by every session. */
-export function sharedPython(options?: PythonOptions): Promise<PyodideRunner> {
+let python: Promise<WorkerPython> | undefined;
+/** Python's worker is started once per page and shared by every session. */
+export function sharedPython(options?: PythonOptions): Promise<WorkerPython> {
   python ??= loadPython(options).catch((e) => {
     python = undefined;
     throw e;
@@ -120,11 +120,15 @@ export class AgentSession {
   }
 
   /** Lets the shell run python, python3 and pytest (loads Pyodide on first use). */
-  async enablePython(options?: PythonOptions): Promise<PyodideRunner> {
+  async enablePython(options?: PythonOptions): Promise<WorkerPython> {
     const runner = await sharedPython(options);
     this.workspace.setPython(runner);
+    this.python = runner;
     return runner;
   }
+
+  /** The shell's Python, once enabled. */
+  python?: WorkerPython;
 
   get root(): string {
     return this.workspace.root();
@@ -160,13 +164,13 @@ export class AgentSession {
     return this.workspace.exportZip();
   }
 
-  /** One tool call, exactly as the agent would make it. */
-  tool(name: string, args: Record<string, unknown>): Observation {
-    return this.workspace.tool(name, args) as Observation;
+  /** One tool call, exactly as the agent would make it (refused while the agent runs). */
+  async tool(name: string, args: Record<string, unknown>): Promise<Observation> {
+    return (await this.workspace.tool(name, args)) as Observation;
   }
 
   /** Runs the project's tests through the agent's Bash tool. */
-  runTests(command = 'python -m pytest -q'): Observation {
+  runTests(command = 'python -m pytest -q'): Promise<Observation> {
     return this.tool('Bash', { command, description: 'Run the tests' });
   }
 

@@ -151,9 +151,25 @@ async function prepareWorker() {
   };
 }
 
+/** Python's worker, started from a same-origin blob of its script (fetched once). */
+let pythonScript: Promise<string> | undefined;
+async function startPythonWorker(): Promise<Worker> {
+  pythonScript ??= (async () => {
+    const res = await fetch(new URL('python-worker.js', import.meta.url));
+    if (!res.ok) throw new Error(`python-worker.js: ${res.status} ${res.statusText}`);
+    return URL.createObjectURL(new Blob([await res.blob()], { type: 'text/javascript' }));
+  })();
+  pythonScript.catch(() => (pythonScript = undefined));
+  return new Worker(await pythonScript, { type: 'module', name: 'lilypad-python' });
+}
+
 /** Sets a file of the view's copy; null deletes it. */
 function putText(session: AgentSession, path: string, text: string | null) {
-  if (text === null) session.tool('Bash', { command: `rm -f '${path.replace(/'/g, `'\\''`)}'`, description: 'Remove' });
+  if (text === null) {
+    session
+      .tool('Bash', { command: `rm -f '${path.replace(/'/g, `'\\''`)}'`, description: 'Remove' })
+      .catch((e) => console.warn(`removing ${path}: ${(e as Error).message ?? e}`));
+  }
   else session.writeText(path, text);
 }
 
@@ -189,6 +205,9 @@ const panel = new AgentPanel(document.getElementById('agent')!, {
     },
     { id: 'scripted', label: 'Scripted replies (for demos and tests)', input: 'script', value: '[]' },
   ],
+  // The view's workers cannot fetch its files: Python's worker starts from a blob of its
+  // script, and the page fetches Pyodide's files for it.
+  python: { startWorker: startPythonWorker },
   async createModel(choice, input, onStatus) {
     if (choice === 'scripted') return scriptedModelFromJson(input);
     const engine = await engineFor(input.trim(), onStatus);

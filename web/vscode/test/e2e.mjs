@@ -270,7 +270,8 @@ try {
 
   step('Python in the view: the tests fail before the fix');
   await view.click('.agent-run-tests');
-  await view.waitForSelector('.agent-test-result:not([hidden])', { timeout: 60_000 });
+  // Python runs in its worker (its files fetched by the view); the panel says when it is done.
+  await view.waitForFunction(() => !document.getElementById('agent').dataset.tests, null, { timeout: 120_000 });
   assert.equal(await view.getAttribute('.agent-test-output', 'data-passed'), 'false', await view.textContent('.agent-test-output'));
   assert.match(await view.textContent('.agent-test-output'), /failed/);
 

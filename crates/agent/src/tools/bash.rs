@@ -50,6 +50,23 @@ pub(super) fn run(shell: &mut dyn Shell, repo: &mut dyn Repository, args: &Args)
     observe(result, timeout_ms)
 }
 
+/// [`run`] for callers that can wait on a shell whose programs answer later.
+pub(super) async fn run_async(
+    shell: &mut dyn Shell,
+    repo: &mut dyn Repository,
+    args: &Args,
+) -> Observation {
+    let (command, timeout_ms) = match command_and_timeout(args) {
+        Ok(c) => c,
+        Err(problem) => return problem,
+    };
+    shell.reset_cwd();
+    let result = shell
+        .run_async(repo, command, Duration::from_millis(timeout_ms))
+        .await;
+    observe(result, timeout_ms)
+}
+
 /// The same call through an [`ExternalShell`]: a refusal is what the model reads.
 pub(super) async fn run_external(shell: &mut dyn ExternalShell, args: &Args) -> Observation {
     let (command, timeout_ms) = match command_and_timeout(args) {

@@ -92,20 +92,23 @@ impl Toolbox {
         self.external = external;
     }
 
-    /// [`Toolbox::execute`] for the agent loop, where `Bash` may await an external shell.
+    /// [`Toolbox::execute`] for the agent loop and the page, where `Bash` may await an
+    /// external shell or programs that answer later (the browser's Python).
     pub async fn execute_async(
         &mut self,
         repo: &mut dyn Repository,
         call: &ToolCall,
     ) -> Observation {
+        if call.name != bash::SPEC.name {
+            return self.execute(repo, call);
+        }
+        let args = match bash::SPEC.check(&call.arguments) {
+            Ok(args) => args,
+            Err(problem) => return Observation::error(problem),
+        };
         match self.external.as_mut() {
-            Some(external) if call.name == bash::SPEC.name => {
-                match bash::SPEC.check(&call.arguments) {
-                    Ok(args) => bash::run_external(external.as_mut(), &args).await,
-                    Err(problem) => Observation::error(problem),
-                }
-            }
-            _ => self.execute(repo, call),
+            Some(external) => bash::run_external(external.as_mut(), &args).await,
+            None => bash::run_async(self.shell.as_mut(), repo, &args).await,
         }
     }
 

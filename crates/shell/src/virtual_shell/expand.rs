@@ -4,6 +4,7 @@
 use super::glob;
 use super::interp::{Fail, Fds, Interp, PIPE_CAP};
 use super::syntax::{ParamOp, Part, Word, parse_quoted_text};
+use crate::LocalFuture;
 
 /// One field being built: its text, and the same text as a glob pattern (quoted characters
 /// escaped) for when it has live pattern characters.
@@ -32,11 +33,11 @@ fn too_large() -> Fail {
 impl Interp<'_> {
     /// Expands words into arguments: fields split, globs matched (an unmatched glob stays as
     /// written, as in bash).
-    pub fn expand_words(&mut self, words: &[Word], fds: Fds) -> Result<Vec<String>, Fail> {
+    pub async fn expand_words(&mut self, words: &[Word], fds: Fds) -> Result<Vec<String>, Fail> {
         let mut out = Vec::new();
         let mut total = 0usize;
         for w in words.iter().flat_map(brace_expand) {
-            for f in self.expand_fields(&w, fds)? {
+            for f in self.expand_fields(&w, fds).await? {
                 let matched = if glob::has_magic(&f.pattern) {
                     self.budget.tick(100)?;
                     glob::expand(&*self.repo, &self.cwd, &f.pattern)
@@ -60,13 +61,13 @@ impl Interp<'_> {
 
     /// Expands a word to one string: no splitting, no globbing (assignments, heredocs,
     /// `case`-like operands).
-    pub fn expand_single(&mut self, word: &Word, fds: Fds) -> Result<String, Fail> {
+    pub async fn expand_single(&mut self, word: &Word, fds: Fds) -> Result<String, Fail> {
         let mut out = String::new();
         for part in word {
             match part {
                 Part::Lit(s) | Part::Quoted(s) => out.push_str(s),
                 Part::Tilde => out.push_str(&self.home()),
-                _ => out.push_str(&self.part_value(part, fds)?),
+                _ => out.push_str(&self.part_value(part, fds).await?),
             }
             // Copying is work too: large values use up the budget in proportion.
             self.budget.tick(out.len() as u64 / 256)?;
@@ -78,7 +79,7 @@ impl Interp<'_> {
     }
 
     /// Expands a word used as a pattern (`${x%pat}`): quoted parts match literally.
-    fn expand_pattern(&mut self, word: &Word, fds: Fds) -> Result<String, Fail> {
+    async fn expand_pattern(&mut self, word: &Word, fds: Fds) -> Result<String, Fail> {
         let mut out = String::new();
         for part in word {
             match part {
@@ -86,7 +87,7 @@ impl Interp<'_> {
                 Part::Quoted(s) => out.push_str(&glob::escape(s)),
                 Part::Tilde => out.push_str(&glob::escape(&self.home())),
                 _ => {
-                    let v = self.part_value(part, fds)?;
+                    let v = self.part_value(part, fds).await?;
                     if is_quoted(part) {
                         out.push_str(&glob::escape(&v));
                     } else {
@@ -98,7 +99,7 @@ impl Interp<'_> {
         Ok(out)
     }
 
-    fn expand_fields(&mut self, word: &Word, fds: Fds) -> Result<Vec<Field>, Fail> {
+    async fn expand_fields(&mut self, word: &Word, fds: Fds) -> Result<Vec<Field>, Fail> {
         let mut fields = Vec::new();
         let mut cur = Field::default();
         let mut have = false;
@@ -117,7 +118,7 @@ impl Interp<'_> {
                     have = true;
                 }
                 _ => {
-                    let value = self.part_value(part, fds)?;
+                    let value = self.part_value(part, fds).await?;
                     if is_quoted(part) {
                         cur.push_quoted(&value);
                         have = true;
@@ -169,20 +170,27 @@ impl Interp<'_> {
     }
 
     /// The value of a parameter, substitution or arithmetic part.
-    fn part_value(&mut self, part: &Part, fds: Fds) -> Result<String, Fail> {
-        match part {
-            Part::Param { name, op, .. } => self.param(name, op, fds),
-            Part::Subst { list, .. } => self.command_subst(list, fds),
-            Part::Arith { expr, .. } => {
-                let word = parse_quoted_text(expr, true).map_err(|e| Fail::Msg(e.to_string()))?;
-                let text = self.expand_single(&word, fds)?;
-                super::arith::eval(&text, &mut self.vars)
-                    .map(|n| n.to_string())
-                    .map_err(|e| Fail::Msg(format!("{}: {e}", text.trim())))
+    fn part_value<'s>(
+        &'s mut self,
+        part: &'s Part,
+        fds: Fds,
+    ) -> LocalFuture<'s, Result<String, Fail>> {
+        Box::pin(async move {
+            match part {
+                Part::Param { name, op, .. } => self.param(name, op, fds).await,
+                Part::Subst { list, .. } => self.command_subst(list, fds).await,
+                Part::Arith { expr, .. } => {
+                    let word =
+                        parse_quoted_text(expr, true).map_err(|e| Fail::Msg(e.to_string()))?;
+                    let text = self.expand_single(&word, fds).await?;
+                    super::arith::eval(&text, &mut self.vars)
+                        .map(|n| n.to_string())
+                        .map_err(|e| Fail::Msg(format!("{}: {e}", text.trim())))
+                }
+                Part::Lit(s) | Part::Quoted(s) => Ok(s.clone()),
+                Part::Tilde => Ok(self.home()),
             }
-            Part::Lit(s) | Part::Quoted(s) => Ok(s.clone()),
-            Part::Tilde => Ok(self.home()),
-        }
+        })
     }
 
     fn lookup(&self, name: &str) -> Option<String> {
@@ -197,7 +205,7 @@ impl Interp<'_> {
         }
     }
 
-    fn param(&mut self, name: &str, op: &ParamOp, fds: Fds) -> Result<String, Fail> {
+    async fn param(&mut self, name: &str, op: &ParamOp, fds: Fds) -> Result<String, Fail> {
         let value = self.lookup(name);
         let unset_or_empty = |colon: bool| value.as_deref().is_none_or(|v| colon && v.is_empty());
         Ok(match op {
@@ -211,14 +219,14 @@ impl Interp<'_> {
             ParamOp::Length => value.unwrap_or_default().chars().count().to_string(),
             ParamOp::Default { word, colon } => {
                 if unset_or_empty(*colon) {
-                    self.expand_single(word, fds)?
+                    self.expand_single(word, fds).await?
                 } else {
                     value.unwrap_or_default()
                 }
             }
             ParamOp::Assign { word, colon } => {
                 if unset_or_empty(*colon) {
-                    let v = self.expand_single(word, fds)?;
+                    let v = self.expand_single(word, fds).await?;
                     self.vars.insert(name.to_string(), v.clone());
                     v
                 } else {
@@ -229,12 +237,12 @@ impl Interp<'_> {
                 if unset_or_empty(*colon) {
                     String::new()
                 } else {
-                    self.expand_single(word, fds)?
+                    self.expand_single(word, fds).await?
                 }
             }
             ParamOp::TrimPrefix { pattern, longest } => {
                 let v = value.unwrap_or_default();
-                let pat = self.expand_pattern(pattern, fds)?;
+                let pat = self.expand_pattern(pattern, fds).await?;
                 let cuts: Vec<usize> = char_boundaries(&v);
                 let found = if *longest {
                     cuts.iter().rev().find(|&&i| glob::matches(&pat, &v[..i]))
@@ -245,7 +253,7 @@ impl Interp<'_> {
             }
             ParamOp::TrimSuffix { pattern, longest } => {
                 let v = value.unwrap_or_default();
-                let pat = self.expand_pattern(pattern, fds)?;
+                let pat = self.expand_pattern(pattern, fds).await?;
                 let cuts: Vec<usize> = char_boundaries(&v);
                 let found = if *longest {
                     cuts.iter().find(|&&i| glob::matches(&pat, &v[i..]))

@@ -9,6 +9,7 @@ use super::syntax::{
     AndOr, Command, Compound, Connector, List, Pipeline, RedirKind, Redirect, SimpleCommand,
 };
 use super::{PythonRunner, VersionControl};
+use crate::LocalFuture;
 use lilypad_repo::{EntryKind, RepoError, RepoPath, Repository};
 
 /// What the model sees is cut here; the rest of a run still executes.
@@ -320,28 +321,40 @@ impl<'a> Interp<'a> {
         self.opts = s.opts;
     }
 
-    fn in_condition<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+    /// `set -e` is off while a condition runs (`cond` counts the nesting).
+    async fn pipeline_in_condition(&mut self, p: &Pipeline, fds: Fds) -> Exec {
         self.cond += 1;
-        let r = f(self);
+        let r = self.exec_pipeline(p, fds).await;
+        self.cond -= 1;
+        r
+    }
+
+    async fn list_in_condition(&mut self, list: &List, fds: Fds) -> Exec {
+        self.cond += 1;
+        let r = self.exec_list(list, fds).await;
         self.cond -= 1;
         r
     }
 
     // ---- execution ----
 
-    pub fn exec_list(&mut self, list: &List, fds: Fds) -> Exec {
-        let mut status = 0;
-        for ao in list {
-            status = self.exec_and_or(ao, fds)?;
-        }
-        Ok(status)
+    // Execution is asynchronous because a program (Python in the browser's worker) may answer
+    // later; the functions that recurse (lists, commands, expansions) return boxed futures.
+    pub fn exec_list<'s>(&'s mut self, list: &'s List, fds: Fds) -> LocalFuture<'s, Exec> {
+        Box::pin(async move {
+            let mut status = 0;
+            for ao in list {
+                status = self.exec_and_or(ao, fds).await?;
+            }
+            Ok(status)
+        })
     }
 
     /// Runs `list` as a subshell: state changes stay inside, `exit` ends only it.
-    pub fn exec_subshell(&mut self, list: &List, fds: Fds) -> Exec {
+    pub async fn exec_subshell(&mut self, list: &List, fds: Fds) -> Exec {
         let saved = self.save_scope();
         let loops = std::mem::take(&mut self.loops);
-        let r = self.exec_list(list, fds);
+        let r = self.exec_list(list, fds).await;
         self.loops = loops;
         self.restore_scope(saved);
         match r {
@@ -351,12 +364,12 @@ impl<'a> Interp<'a> {
         }
     }
 
-    fn exec_and_or(&mut self, ao: &AndOr, fds: Fds) -> Exec {
+    async fn exec_and_or(&mut self, ao: &AndOr, fds: Fds) -> Exec {
         let n = ao.rest.len();
         let mut status = if n > 0 {
-            self.in_condition(|sh| sh.exec_pipeline(&ao.first, fds))?
+            self.pipeline_in_condition(&ao.first, fds).await?
         } else {
-            self.exec_pipeline(&ao.first, fds)?
+            self.exec_pipeline(&ao.first, fds).await?
         };
         let mut last_ran = 0;
         let mut negated = ao.first.negate;
@@ -367,9 +380,9 @@ impl<'a> Interp<'a> {
             };
             if run {
                 status = if i + 1 < n {
-                    self.in_condition(|sh| sh.exec_pipeline(p, fds))?
+                    self.pipeline_in_condition(p, fds).await?
                 } else {
-                    self.exec_pipeline(p, fds)?
+                    self.exec_pipeline(p, fds).await?
                 };
                 last_ran = i + 1;
                 negated = p.negate;
@@ -381,9 +394,9 @@ impl<'a> Interp<'a> {
         Ok(status)
     }
 
-    fn exec_pipeline(&mut self, p: &Pipeline, fds: Fds) -> Exec {
+    async fn exec_pipeline(&mut self, p: &Pipeline, fds: Fds) -> Exec {
         let status = if let [only] = p.commands.as_slice() {
-            self.exec_command(only, fds)?
+            self.exec_command(only, fds).await?
         } else {
             let mark = self.mark();
             let mut stdin = fds.stdin;
@@ -398,14 +411,16 @@ impl<'a> Interp<'a> {
                 };
                 // Every stage is a subshell: `cd` or assignments in it do not leak.
                 let saved = self.save_scope();
-                let r = self.exec_command(
-                    cmd,
-                    Fds {
-                        stdin,
-                        out,
-                        err: fds.err,
-                    },
-                );
+                let r = self
+                    .exec_command(
+                        cmd,
+                        Fds {
+                            stdin,
+                            out,
+                            err: fds.err,
+                        },
+                    )
+                    .await;
                 self.restore_scope(saved);
                 last_status = match r {
                     Ok(s) | Err(Flow::Exit(s)) => s,
@@ -439,15 +454,15 @@ impl<'a> Interp<'a> {
         Ok(status)
     }
 
-    fn exec_command(&mut self, cmd: &Command, fds: Fds) -> Exec {
+    async fn exec_command(&mut self, cmd: &Command, fds: Fds) -> Exec {
         self.budget.tick(COMMAND_STEPS)?;
         match cmd {
-            Command::Simple(c) => self.exec_simple(c, fds),
+            Command::Simple(c) => self.exec_simple(c, fds).await,
             Command::Compound(c, redirects) => {
                 let mark = self.mark();
-                let r = match self.apply_redirects(redirects, fds) {
+                let r = match self.apply_redirects(redirects, fds).await {
                     Ok((inner, files)) => {
-                        let r = self.exec_compound(c, inner);
+                        let r = self.exec_compound(c, inner).await;
                         self.flush_files(files, fds);
                         r
                     }
@@ -470,27 +485,27 @@ impl<'a> Interp<'a> {
         }
     }
 
-    fn exec_compound(&mut self, c: &Compound, fds: Fds) -> Exec {
+    async fn exec_compound(&mut self, c: &Compound, fds: Fds) -> Exec {
         match c {
-            Compound::Group(list) => self.exec_list(list, fds),
-            Compound::Subshell(list) => self.exec_subshell(list, fds),
+            Compound::Group(list) => self.exec_list(list, fds).await,
+            Compound::Subshell(list) => self.exec_subshell(list, fds).await,
             Compound::If {
                 branches,
                 otherwise,
             } => {
                 for (cond, body) in branches {
-                    if self.in_condition(|sh| sh.exec_list(cond, fds))? == 0 {
-                        return self.exec_list(body, fds);
+                    if self.list_in_condition(cond, fds).await? == 0 {
+                        return self.exec_list(body, fds).await;
                     }
                 }
                 match otherwise {
-                    Some(body) => self.exec_list(body, fds),
+                    Some(body) => self.exec_list(body, fds).await,
                     None => Ok(0),
                 }
             }
             Compound::For { var, items, body } => {
                 let words = match items {
-                    Some(items) => match self.expand_words(items, fds) {
+                    Some(items) => match self.expand_words(items, fds).await {
                         Ok(w) => w,
                         Err(fail) => return self.report(fail, fds),
                     },
@@ -500,7 +515,7 @@ impl<'a> Interp<'a> {
                 for w in words {
                     self.budget.tick(COMMAND_STEPS)?;
                     self.vars.insert(var.clone(), w);
-                    let (s, go_on) = self.loop_body(body, fds)?;
+                    let (s, go_on) = self.loop_body(body, fds).await?;
                     status = s;
                     if !go_on {
                         break;
@@ -512,11 +527,11 @@ impl<'a> Interp<'a> {
                 let mut status = 0;
                 loop {
                     self.budget.tick(COMMAND_STEPS)?;
-                    let c = self.in_condition(|sh| sh.exec_list(cond, fds))?;
+                    let c = self.list_in_condition(cond, fds).await?;
                     if (c == 0) == *until {
                         break;
                     }
-                    let (s, go_on) = self.loop_body(body, fds)?;
+                    let (s, go_on) = self.loop_body(body, fds).await?;
                     status = s;
                     if !go_on {
                         break;
@@ -529,9 +544,9 @@ impl<'a> Interp<'a> {
 
     /// One pass of a loop body: its status and whether the loop goes on (`break` stops it;
     /// `break N`/`continue N` unwind to an outer loop).
-    fn loop_body(&mut self, body: &List, fds: Fds) -> Result<(i32, bool), Flow> {
+    async fn loop_body(&mut self, body: &List, fds: Fds) -> Result<(i32, bool), Flow> {
         self.loops += 1;
-        let r = self.exec_list(body, fds);
+        let r = self.exec_list(body, fds).await;
         self.loops -= 1;
         match r {
             Ok(s) => Ok((s, true)),
@@ -543,16 +558,16 @@ impl<'a> Interp<'a> {
         }
     }
 
-    fn exec_simple(&mut self, c: &SimpleCommand, fds: Fds) -> Exec {
+    async fn exec_simple(&mut self, c: &SimpleCommand, fds: Fds) -> Exec {
         self.subst_status = None;
-        let argv = match self.expand_words(&c.words, fds) {
+        let argv = match self.expand_words(&c.words, fds).await {
             Ok(v) => v,
             Err(fail) => return self.report(fail, fds),
         };
         // Assignments before a command apply to that command only.
         let mut restore = Vec::new();
         for (name, word) in &c.assigns {
-            let value = match self.expand_single(word, fds) {
+            let value = match self.expand_single(word, fds).await {
                 Ok(v) => v,
                 Err(fail) => return self.report(fail, fds),
             };
@@ -562,12 +577,12 @@ impl<'a> Interp<'a> {
             }
         }
         let mark = self.mark();
-        let r = match self.apply_redirects(&c.redirects, fds) {
+        let r = match self.apply_redirects(&c.redirects, fds).await {
             Ok((inner, files)) => {
                 let r = if argv.is_empty() {
                     Ok(self.subst_status.unwrap_or(0))
                 } else {
-                    self.run_argv(&argv, inner)
+                    self.run_argv(&argv, inner).await
                 };
                 self.flush_files(files, fds);
                 r
@@ -585,32 +600,35 @@ impl<'a> Interp<'a> {
     }
 
     /// Runs one command by name: a builtin, a utility, Python, or a script file.
-    pub fn run_argv(&mut self, argv: &[String], fds: Fds) -> Exec {
-        let Some(name) = argv.first() else {
-            return Ok(0);
-        };
-        let args = &argv[1..];
-        if let Some(cmd) = commands::lookup(name) {
-            let status = cmd(
-                &mut Ctx {
+    pub fn run_argv<'s>(&'s mut self, argv: &'s [String], fds: Fds) -> LocalFuture<'s, Exec> {
+        Box::pin(async move {
+            let Some(name) = argv.first() else {
+                return Ok(0);
+            };
+            let args = &argv[1..];
+            if let Some(cmd) = commands::lookup(name) {
+                let mut ctx = Ctx {
                     sh: self,
                     fds,
                     name,
-                },
-                args,
-            )?;
-            self.status = status;
-            return Ok(status);
-        }
-        if name.contains('/') {
-            return self.run_script_file(name, args, fds);
-        }
-        self.errln(fds, &format!("bash: {name}: command not found"));
-        Ok(127)
+                };
+                let status = match cmd {
+                    commands::Cmd::Now(f) => f(&mut ctx, args)?,
+                    commands::Cmd::Later(f) => f(&mut ctx, args).await?,
+                };
+                self.status = status;
+                return Ok(status);
+            }
+            if name.contains('/') {
+                return self.run_script_file(name, args, fds).await;
+            }
+            self.errln(fds, &format!("bash: {name}: command not found"));
+            Ok(127)
+        })
     }
 
     /// `./script.sh` or `./tool.py`: shell scripts run here, Python goes to the runner.
-    fn run_script_file(&mut self, name: &str, args: &[String], fds: Fds) -> Exec {
+    async fn run_script_file(&mut self, name: &str, args: &[String], fds: Fds) -> Exec {
         let data = match self.resolve(name).and_then(|p| {
             if self.repo.kind(&p) == Some(EntryKind::Dir) {
                 Err(RepoError::IsADirectory(name.into()))
@@ -637,13 +655,13 @@ impl<'a> Interp<'a> {
         if python {
             let mut py = vec!["python3".to_string()];
             py.extend(argv);
-            return self.run_argv(&py, fds);
+            return self.run_argv(&py, fds).await;
         }
-        self.run_script(&text, fds)
+        self.run_script(&text, fds).await
     }
 
     /// Parses and runs `src` one level deeper (scripts, `bash -c`, `eval`, `source`).
-    pub fn run_script(&mut self, src: &str, fds: Fds) -> Exec {
+    pub async fn run_script(&mut self, src: &str, fds: Fds) -> Exec {
         if self.depth >= MAX_CALL_DEPTH {
             self.errln(fds, "bash: maximum nesting level exceeded");
             return Ok(1);
@@ -656,14 +674,14 @@ impl<'a> Interp<'a> {
             }
         };
         self.depth += 1;
-        let r = self.exec_list(&list, fds);
+        let r = self.exec_list(&list, fds).await;
         self.depth -= 1;
         r
     }
 
     // ---- redirections ----
 
-    fn apply_redirects(
+    async fn apply_redirects(
         &mut self,
         redirects: &[Redirect],
         mut fds: Fds,
@@ -675,7 +693,7 @@ impl<'a> Interp<'a> {
             }
             match &r.kind {
                 RedirKind::Read(word) => {
-                    let name = self.expand_target(word, fds)?;
+                    let name = self.expand_target(word, fds).await?;
                     let input = match name.as_str() {
                         "/dev/null" => Some(self.new_input(Vec::new(), Some(0))),
                         "/dev/stdin" => fds.stdin,
@@ -695,7 +713,7 @@ impl<'a> Interp<'a> {
                     }
                 }
                 RedirKind::Write { target, append } | RedirKind::WriteBoth { target, append } => {
-                    let name = self.expand_target(target, fds)?;
+                    let name = self.expand_target(target, fds).await?;
                     let sink = match name.as_str() {
                         "/dev/null" => None,
                         "/dev/stdout" => fds.out,
@@ -721,7 +739,7 @@ impl<'a> Interp<'a> {
                     }
                 }
                 RedirKind::Dup(word) => {
-                    let target = self.expand_target(word, fds)?;
+                    let target = self.expand_target(word, fds).await?;
                     let sink = match target.as_str() {
                         "-" => None,
                         "1" => fds.out,
@@ -736,7 +754,7 @@ impl<'a> Interp<'a> {
                     }
                 }
                 RedirKind::Here(word) => {
-                    let text = self.expand_single(word, fds)?;
+                    let text = self.expand_single(word, fds).await?;
                     let input = self.new_input(text.into_bytes(), None);
                     if r.fd == 0 {
                         fds.stdin = Some(input);
@@ -747,10 +765,14 @@ impl<'a> Interp<'a> {
         Ok((fds, files))
     }
 
-    fn expand_target(&mut self, word: &super::syntax::Word, fds: Fds) -> Result<String, Fail> {
-        let mut fields = self.expand_words(std::slice::from_ref(word), fds)?;
+    async fn expand_target(
+        &mut self,
+        word: &super::syntax::Word,
+        fds: Fds,
+    ) -> Result<String, Fail> {
+        let mut fields = self.expand_words(std::slice::from_ref(word), fds).await?;
         if fields.len() != 1 {
-            let text = self.expand_single(word, fds).unwrap_or_default();
+            let text = self.expand_single(word, fds).await.unwrap_or_default();
             return Err(Fail::Msg(format!("{text}: ambiguous redirect")));
         }
         Ok(fields.pop().unwrap_or_default())
@@ -807,17 +829,19 @@ impl<'a> Interp<'a> {
     }
 
     /// Runs `list` with stdout captured, as `$(...)` does; trailing newlines are removed.
-    pub fn command_subst(&mut self, list: &List, fds: Fds) -> Result<String, Fail> {
+    pub async fn command_subst(&mut self, list: &List, fds: Fds) -> Result<String, Fail> {
         let mark = self.mark();
         let sink = self.new_sink(PIPE_CAP);
-        let r = self.exec_subshell(
-            list,
-            Fds {
-                stdin: fds.stdin,
-                out: Some(sink),
-                err: fds.err,
-            },
-        );
+        let r = self
+            .exec_subshell(
+                list,
+                Fds {
+                    stdin: fds.stdin,
+                    out: Some(sink),
+                    err: fds.err,
+                },
+            )
+            .await;
         let (data, _) = self.take_sink(sink);
         self.release(mark);
         let status = r?;

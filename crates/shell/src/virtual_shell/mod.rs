@@ -17,12 +17,13 @@ mod interp;
 pub mod syntax;
 
 use std::collections::BTreeMap;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use interp::{Flow, Interp, PIPE_CAP};
 use lilypad_repo::{Change, EntryKind, RepoError, RepoPath, Repository, Snapshot, patch};
 
-use super::{Shell, ShellOutput};
+use super::{LocalFuture, Shell, ShellOutput};
 
 /// The baseline `git diff`/`git status` compare against (in the browser: the imported
 /// snapshot of the project).
@@ -83,17 +84,19 @@ pub fn status_against(
         .collect())
 }
 
-/// Runs Python programs (`python`, `python3`, `pytest`, `pip`), e.g. through Pyodide.
+/// Runs Python programs (`python`, `python3`, `pytest`, `pip`), e.g. through Pyodide. The
+/// answer may come later (Pyodide in a worker, which the page can stop at the time limit):
+/// such a runner works only through [`Shell::run_async`](crate::Shell::run_async).
 pub trait PythonRunner {
     /// Runs `argv` (its first item is the command name as typed) in folder `cwd`, reading and
-    /// writing files through `repo`; returns the exit status.
-    fn run(
-        &mut self,
-        repo: &mut dyn Repository,
-        cwd: &RepoPath,
-        argv: &[String],
-        io: &mut ProgramIo,
-    ) -> i32;
+    /// writing files through `repo`; resolves to the exit status.
+    fn run<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        cwd: &'a RepoPath,
+        argv: &'a [String],
+        io: &'a mut ProgramIo,
+    ) -> LocalFuture<'a, i32>;
 }
 
 /// Which stream a program wrote to.
@@ -209,7 +212,48 @@ impl VirtualShell {
 }
 
 impl Shell for VirtualShell {
+    /// Runs `command` to its end at once; a Python runner that answers later cannot run here
+    /// (its command fails with a message that says so).
     fn run(&mut self, repo: &mut dyn Repository, command: &str, timeout: Duration) -> ShellOutput {
+        let mut run = self.run_async(repo, command, timeout);
+        let mut cx = Context::from_waker(Waker::noop());
+        match run.as_mut().poll(&mut cx) {
+            Poll::Ready(output) => output,
+            Poll::Pending => ShellOutput {
+                output: "bash: this shell's Python answers asynchronously; run the command \
+                         through Shell::run_async\n"
+                    .into(),
+                exit_code: Some(1),
+                timed_out: false,
+            },
+        }
+    }
+
+    fn run_async<'a>(
+        &'a mut self,
+        repo: &'a mut dyn Repository,
+        command: &'a str,
+        timeout: Duration,
+    ) -> LocalFuture<'a, ShellOutput> {
+        Box::pin(self.run_here(repo, command, timeout))
+    }
+
+    fn cwd(&self) -> RepoPath {
+        self.cwd.clone()
+    }
+
+    fn reset_cwd(&mut self) {
+        self.cwd = RepoPath::root();
+    }
+}
+
+impl VirtualShell {
+    async fn run_here(
+        &mut self,
+        repo: &mut dyn Repository,
+        command: &str,
+        timeout: Duration,
+    ) -> ShellOutput {
         // A folder removed since the last run (by a tool or the user) falls back to the root.
         if repo.kind(&self.cwd) != Some(EntryKind::Dir) {
             self.cwd = RepoPath::root();
@@ -240,7 +284,7 @@ impl Shell for VirtualShell {
             Some(p) => Some(&mut **p),
             None => None,
         };
-        let result = sh.exec_list(&list, interp::Fds::terminal());
+        let result = sh.exec_list(&list, interp::Fds::terminal()).await;
         let (bytes, truncated) = sh.take_terminal();
         let (exit_code, timed_out) = match result {
             Ok(s) | Err(Flow::Exit(s)) => (Some(s), false),
@@ -257,13 +301,5 @@ impl Shell for VirtualShell {
             exit_code,
             timed_out,
         }
-    }
-
-    fn cwd(&self) -> RepoPath {
-        self.cwd.clone()
-    }
-
-    fn reset_cwd(&mut self) {
-        self.cwd = RepoPath::root();
     }
 }

@@ -3,6 +3,7 @@
 //! Folders are visited in name order.
 
 use super::{Ctx, errno, spelled_under};
+use crate::LocalFuture;
 use crate::virtual_shell::glob;
 use crate::virtual_shell::interp::{Exec, Flow};
 use lilypad_repo::{EntryKind, RepoPath};
@@ -345,100 +346,112 @@ struct Run {
 }
 
 impl Ctx<'_, '_> {
-    fn find_eval(&mut self, node: &Node, v: &Visit<'_>, run: &mut Run) -> Result<bool, Flow> {
-        Ok(match node {
-            Node::And(a, b) => {
-                self.find_eval(a, v, run)? && !run.quit && self.find_eval(b, v, run)?
-            }
-            Node::Or(a, b) => {
-                self.find_eval(a, v, run)? || (!run.quit && self.find_eval(b, v, run)?)
-            }
-            Node::Not(a) => !self.find_eval(a, v, run)?,
-            Node::Name { pattern, nocase } => {
-                if *nocase {
-                    glob::matches_nocase(pattern, v.name)
-                } else {
-                    glob::matches(pattern, v.name)
+    /// Whether `node` holds for `v`. Boxed: it recurses, and `-exec` awaits its command.
+    fn find_eval<'s>(
+        &'s mut self,
+        node: &'s Node,
+        v: &'s Visit<'s>,
+        run: &'s mut Run,
+    ) -> LocalFuture<'s, Result<bool, Flow>> {
+        Box::pin(async move {
+            Ok(match node {
+                Node::And(a, b) => {
+                    self.find_eval(a, v, run).await?
+                        && !run.quit
+                        && self.find_eval(b, v, run).await?
                 }
-            }
-            Node::Path { pattern, nocase } => {
-                if *nocase {
-                    glob::matches_nocase(pattern, v.shown)
-                } else {
-                    glob::matches(pattern, v.shown)
+                Node::Or(a, b) => {
+                    self.find_eval(a, v, run).await?
+                        || (!run.quit && self.find_eval(b, v, run).await?)
                 }
-            }
-            Node::Regex(re) => re.is_match(v.shown),
-            Node::Type(k) => v.kind == *k,
-            Node::Empty => match v.kind {
-                EntryKind::Dir => self.sh.repo.list_dir(v.path).is_ok_and(|e| e.is_empty()),
-                EntryKind::File => self.sh.repo.read(v.path).is_ok_and(|d| d.is_empty()),
-            },
-            Node::Size { cmp, amount, unit } => {
-                let len = match v.kind {
-                    EntryKind::File => self
-                        .sh
-                        .repo
-                        .read(v.path)
-                        .map(|d| d.len() as u64)
-                        .unwrap_or(0),
-                    EntryKind::Dir => 4096,
-                };
-                let units = len.div_ceil(*unit);
-                match cmp {
-                    1 => units > *amount,
-                    -1 => units < *amount,
-                    _ => units == *amount,
-                }
-            }
-            Node::Const(b) => *b,
-            Node::Print { terminator } => {
-                self.out(v.shown.as_bytes());
-                self.out(&[*terminator]);
-                true
-            }
-            Node::Printf(fmt) => {
-                let text = self.find_printf(fmt, v);
-                self.outs(&text);
-                true
-            }
-            Node::Delete => {
-                if v.path.is_root() || v.shown == "." {
-                    return Ok(true);
-                }
-                let nonempty = v.kind == EntryKind::Dir
-                    && self.sh.repo.list_dir(v.path).is_ok_and(|e| !e.is_empty());
-                let r = if nonempty {
-                    Err("Directory not empty".to_string())
-                } else {
-                    self.sh.repo.remove(v.path).map_err(|e| errno(&e))
-                };
-                match r {
-                    Ok(()) => true,
-                    Err(m) => {
-                        self.err(format_args!("find: cannot delete '{}': {m}", v.shown));
-                        run.status = 1;
-                        false
+                Node::Not(a) => !self.find_eval(a, v, run).await?,
+                Node::Name { pattern, nocase } => {
+                    if *nocase {
+                        glob::matches_nocase(pattern, v.name)
+                    } else {
+                        glob::matches(pattern, v.name)
                     }
                 }
-            }
-            Node::Prune => {
-                run.pruned = true;
-                true
-            }
-            Node::Quit => {
-                run.quit = true;
-                true
-            }
-            Node::Exec { argv, batch } => {
-                if *batch > 0 {
-                    run.batches[*batch - 1].push(v.shown.to_string());
-                    true
-                } else {
-                    let argv: Vec<String> = argv.iter().map(|a| a.replace("{}", v.shown)).collect();
-                    self.run(&argv)? == 0
+                Node::Path { pattern, nocase } => {
+                    if *nocase {
+                        glob::matches_nocase(pattern, v.shown)
+                    } else {
+                        glob::matches(pattern, v.shown)
+                    }
                 }
-            }
+                Node::Regex(re) => re.is_match(v.shown),
+                Node::Type(k) => v.kind == *k,
+                Node::Empty => match v.kind {
+                    EntryKind::Dir => self.sh.repo.list_dir(v.path).is_ok_and(|e| e.is_empty()),
+                    EntryKind::File => self.sh.repo.read(v.path).is_ok_and(|d| d.is_empty()),
+                },
+                Node::Size { cmp, amount, unit } => {
+                    let len = match v.kind {
+                        EntryKind::File => self
+                            .sh
+                            .repo
+                            .read(v.path)
+                            .map(|d| d.len() as u64)
+                            .unwrap_or(0),
+                        EntryKind::Dir => 4096,
+                    };
+                    let units = len.div_ceil(*unit);
+                    match cmp {
+                        1 => units > *amount,
+                        -1 => units < *amount,
+                        _ => units == *amount,
+                    }
+                }
+                Node::Const(b) => *b,
+                Node::Print { terminator } => {
+                    self.out(v.shown.as_bytes());
+                    self.out(&[*terminator]);
+                    true
+                }
+                Node::Printf(fmt) => {
+                    let text = self.find_printf(fmt, v);
+                    self.outs(&text);
+                    true
+                }
+                Node::Delete => {
+                    if v.path.is_root() || v.shown == "." {
+                        return Ok(true);
+                    }
+                    let nonempty = v.kind == EntryKind::Dir
+                        && self.sh.repo.list_dir(v.path).is_ok_and(|e| !e.is_empty());
+                    let r = if nonempty {
+                        Err("Directory not empty".to_string())
+                    } else {
+                        self.sh.repo.remove(v.path).map_err(|e| errno(&e))
+                    };
+                    match r {
+                        Ok(()) => true,
+                        Err(m) => {
+                            self.err(format_args!("find: cannot delete '{}': {m}", v.shown));
+                            run.status = 1;
+                            false
+                        }
+                    }
+                }
+                Node::Prune => {
+                    run.pruned = true;
+                    true
+                }
+                Node::Quit => {
+                    run.quit = true;
+                    true
+                }
+                Node::Exec { argv, batch } => {
+                    if *batch > 0 {
+                        run.batches[*batch - 1].push(v.shown.to_string());
+                        true
+                    } else {
+                        let argv: Vec<String> =
+                            argv.iter().map(|a| a.replace("{}", v.shown)).collect();
+                        self.run(&argv).await? == 0
+                    }
+                }
+            })
         })
     }
 
@@ -493,73 +506,78 @@ impl Ctx<'_, '_> {
         out
     }
 
+    /// Visits `path` and what is below it. Boxed: it recurses.
     #[allow(clippy::too_many_arguments)]
-    fn find_visit(
-        &mut self,
-        parsed: &Parsed,
-        start: &str,
-        start_path: &RepoPath,
-        path: &RepoPath,
+    fn find_visit<'s>(
+        &'s mut self,
+        parsed: &'s Parsed,
+        start: &'s str,
+        start_path: &'s RepoPath,
+        path: &'s RepoPath,
         kind: EntryKind,
         depth: usize,
-        run: &mut Run,
-    ) -> Result<(), Flow> {
-        self.tick(1)?;
-        if run.quit {
-            return Ok(());
-        }
-        let shown = spelled_under(start, start_path, path);
-        let name = if depth == 0 {
-            let t = start.trim_end_matches('/');
-            if t.is_empty() {
-                "/".to_string()
+        run: &'s mut Run,
+    ) -> LocalFuture<'s, Result<(), Flow>> {
+        Box::pin(async move {
+            self.tick(1)?;
+            if run.quit {
+                return Ok(());
+            }
+            let shown = spelled_under(start, start_path, path);
+            let name = if depth == 0 {
+                let t = start.trim_end_matches('/');
+                if t.is_empty() {
+                    "/".to_string()
+                } else {
+                    t.rsplit('/').next().unwrap_or(t).to_string()
+                }
             } else {
-                t.rsplit('/').next().unwrap_or(t).to_string()
+                path.file_name().to_string()
+            };
+            let visit = Visit {
+                shown: &shown,
+                name: &name,
+                path,
+                kind,
+                depth,
+                start,
+            };
+            run.pruned = false;
+            let evaluate = depth >= parsed.min_depth;
+            if evaluate && !parsed.depth_first {
+                self.find_eval(&parsed.expr, &visit, run).await?;
             }
-        } else {
-            path.file_name().to_string()
-        };
-        let visit = Visit {
-            shown: &shown,
-            name: &name,
-            path,
-            kind,
-            depth,
-            start,
-        };
-        run.pruned = false;
-        let evaluate = depth >= parsed.min_depth;
-        if evaluate && !parsed.depth_first {
-            self.find_eval(&parsed.expr, &visit, run)?;
-        }
-        let descend =
-            kind == EntryKind::Dir && !run.pruned && parsed.max_depth.is_none_or(|m| depth < m);
-        if descend {
-            let entries = self.sh.repo.list_dir(path).unwrap_or_default();
-            for e in entries {
-                if e.kind == EntryKind::Dir && lilypad_repo::SKIPPED_DIRS.contains(&e.name.as_str())
-                {
-                    continue;
-                }
-                if let Ok(child) = path.join(&e.name) {
-                    self.find_visit(parsed, start, start_path, &child, e.kind, depth + 1, run)?;
-                }
-                if run.quit {
-                    break;
+            let descend =
+                kind == EntryKind::Dir && !run.pruned && parsed.max_depth.is_none_or(|m| depth < m);
+            if descend {
+                let entries = self.sh.repo.list_dir(path).unwrap_or_default();
+                for e in entries {
+                    if e.kind == EntryKind::Dir
+                        && lilypad_repo::SKIPPED_DIRS.contains(&e.name.as_str())
+                    {
+                        continue;
+                    }
+                    if let Ok(child) = path.join(&e.name) {
+                        self.find_visit(parsed, start, start_path, &child, e.kind, depth + 1, run)
+                            .await?;
+                    }
+                    if run.quit {
+                        break;
+                    }
                 }
             }
-        }
-        if evaluate && parsed.depth_first && !run.quit {
-            // The entry may be gone (a `-delete` below removed it); only visit what remains.
-            if self.sh.repo.kind(path).is_some() {
-                self.find_eval(&parsed.expr, &visit, run)?;
+            if evaluate && parsed.depth_first && !run.quit {
+                // The entry may be gone (a `-delete` below removed it); only visit what remains.
+                if self.sh.repo.kind(path).is_some() {
+                    self.find_eval(&parsed.expr, &visit, run).await?;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
-pub(super) fn find(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn find(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let split = args
         .iter()
         .position(|a| (a.starts_with('-') && a.len() > 1) || a == "(" || a == "!" || a == ")")
@@ -597,7 +615,10 @@ pub(super) fn find(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
                     None => Err("No such file or directory".to_string()),
                 });
         match found {
-            Ok((p, k)) => ctx.find_visit(&parsed, start, &p, &p, k, 0, &mut run)?,
+            Ok((p, k)) => {
+                ctx.find_visit(&parsed, start, &p, &p, k, 0, &mut run)
+                    .await?
+            }
             Err(m) => {
                 ctx.err(format_args!("find: '{start}': {m}"));
                 run.status = 1;
@@ -617,7 +638,7 @@ pub(super) fn find(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         }
         let mut full = argv.clone();
         full.extend(paths);
-        if ctx.run(&full)? != 0 {
+        if ctx.run(&full).await? != 0 {
             run.status = 1;
         }
     }

@@ -25,6 +25,7 @@ mod tools;
 use std::fmt::Display;
 
 use super::interp::{Exec, Fds, Flow, Interp};
+use crate::LocalFuture;
 use lilypad_repo::SKIPPED_DIRS;
 use lilypad_repo::{EntryKind, RepoError, RepoPath};
 
@@ -39,8 +40,46 @@ pub(super) struct Ctx<'c, 'a> {
 
 pub(super) type CmdFn = fn(&mut Ctx<'_, '_>, &[String]) -> Exec;
 
+/// A command that runs other programs (which may answer later: Python in the browser).
+pub(super) type LaterFn = for<'x> fn(&'x mut Ctx<'_, '_>, &'x [String]) -> LocalFuture<'x, Exec>;
+
+pub(super) enum Cmd {
+    /// Done when it returns.
+    Now(CmdFn),
+    /// Runs other commands, so it is awaited.
+    Later(LaterFn),
+}
+
+/// Boxes an `async fn(&mut Ctx, &[String]) -> Exec` as a [`LaterFn`].
+macro_rules! later {
+    ($f:path) => {{
+        fn boxed<'x>(ctx: &'x mut Ctx<'_, '_>, args: &'x [String]) -> LocalFuture<'x, Exec> {
+            Box::pin($f(ctx, args))
+        }
+        Cmd::Later(boxed)
+    }};
+}
+
 /// Every command name this shell runs, builtins and utilities alike.
-pub(super) fn lookup(name: &str) -> Option<CmdFn> {
+pub(super) fn lookup(name: &str) -> Option<Cmd> {
+    let later = match name {
+        "source" | "." => later!(shell::source),
+        "eval" => later!(shell::eval),
+        "bash" | "sh" => later!(shell::bash),
+        "command" => later!(shell::command),
+        "timeout" => later!(shell::timeout),
+        "time" => later!(shell::time),
+        "env" => later!(shell::env),
+        "xargs" => later!(shell::xargs),
+        "find" => later!(find::find),
+        "python" | "python3" | "pytest" | "pip" | "pip3" => later!(tools::python),
+        _ => return now(name).map(Cmd::Now),
+    };
+    Some(later)
+}
+
+/// The commands that finish when they return.
+fn now(name: &str) -> Option<CmdFn> {
     let f: CmdFn = match name {
         "cd" => shell::cd,
         "pwd" => shell::pwd,
@@ -51,24 +90,16 @@ pub(super) fn lookup(name: &str) -> Option<CmdFn> {
         "break" => shell::break_,
         "continue" => shell::continue_,
         "read" => shell::read,
-        "source" | "." => shell::source,
-        "eval" => shell::eval,
-        "bash" | "sh" => shell::bash,
         "true" | ":" => |_, _| Ok(0),
         "false" => |_, _| Ok(1),
         "type" => shell::type_,
-        "command" => shell::command,
         "which" => shell::which,
         "test" => |ctx, args| shell::test(ctx, args, false),
         "[" => |ctx, args| shell::test(ctx, args, true),
         "[[" => shell::double_bracket,
-        "timeout" => shell::timeout,
-        "time" => shell::time,
         "echo" => shell::echo,
         "printf" => shell::printf,
-        "env" => shell::env,
         "sleep" => |_, _| Ok(0),
-        "xargs" => shell::xargs,
         "cat" | "less" | "more" => text::cat,
         "head" => |ctx, args| text::head_tail(ctx, args, true),
         "tail" => |ctx, args| text::head_tail(ctx, args, false),
@@ -90,14 +121,12 @@ pub(super) fn lookup(name: &str) -> Option<CmdFn> {
         "basename" => files::basename,
         "dirname" => files::dirname,
         "realpath" => files::realpath,
-        "find" => find::find,
         "grep" => |ctx, args| grep::grep(ctx, args, None),
         "egrep" => |ctx, args| grep::grep(ctx, args, Some('E')),
         "fgrep" => |ctx, args| grep::grep(ctx, args, Some('F')),
         "sed" => sed::sed,
         "diff" => diff::diff,
         "git" => tools::git,
-        "python" | "python3" | "pytest" | "pip" | "pip3" => tools::python,
         _ => return None,
     };
     Some(f)
@@ -235,7 +264,7 @@ impl Ctx<'_, '_> {
     }
 
     /// Runs another command (for `xargs`, `find -exec`) with this command's descriptors.
-    pub fn run(&mut self, argv: &[String]) -> Exec {
+    pub fn run<'x>(&'x mut self, argv: &'x [String]) -> LocalFuture<'x, Exec> {
         self.sh.run_argv(argv, self.fds)
     }
 

@@ -256,7 +256,7 @@ pub(super) fn read(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     Ok(status)
 }
 
-pub(super) fn source(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn source(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let Some(file) = args.first() else {
         ctx.err("bash: source: filename argument required");
         return Ok(2);
@@ -264,7 +264,7 @@ pub(super) fn source(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     match ctx.read_operand(file) {
         Ok(data) => {
             let text = String::from_utf8_lossy(&data).into_owned();
-            ctx.sh.run_script(&text, ctx.fds)
+            ctx.sh.run_script(&text, ctx.fds).await
         }
         Err(e) => {
             ctx.err(format_args!("bash: {file}: {}", errno(&e)));
@@ -273,13 +273,13 @@ pub(super) fn source(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     }
 }
 
-pub(super) fn eval(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn eval(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let src = args.join(" ");
-    ctx.sh.run_script(&src, ctx.fds)
+    ctx.sh.run_script(&src, ctx.fds).await
 }
 
 /// `bash -c 'cmd'`, `bash script.sh`, or a script on stdin; always in a subshell.
-pub(super) fn bash(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn bash(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut i = 0;
     let mut command = None;
     let mut errexit = false;
@@ -326,7 +326,7 @@ pub(super) fn bash(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let loops = std::mem::take(&mut ctx.sh.loops);
     ctx.sh.opts.errexit |= errexit;
     ctx.sh.opts.pipefail |= pipefail;
-    let r = ctx.sh.run_script(&src, ctx.fds);
+    let r = ctx.sh.run_script(&src, ctx.fds).await;
     ctx.sh.loops = loops;
     ctx.sh.restore_scope(saved);
     match r {
@@ -356,7 +356,7 @@ pub(super) fn type_(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     Ok(status)
 }
 
-pub(super) fn command(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn command(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     match args.first().map(String::as_str) {
         Some("-v" | "-V") => {
             let mut status = 0;
@@ -371,7 +371,7 @@ pub(super) fn command(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
             }
             Ok(status)
         }
-        Some(_) => ctx.run(args),
+        Some(_) => ctx.run(args).await,
         None => Ok(0),
     }
 }
@@ -578,7 +578,7 @@ fn eval_test(ctx: &mut Ctx<'_, '_>, name: &str, args: &[String], double: bool) -
 }
 
 /// `timeout DURATION COMMAND...`: the run's own time limit already bounds the command.
-pub(super) fn timeout(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn timeout(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut i = 0;
     while let Some(a) = args.get(i) {
         match a.as_str() {
@@ -588,14 +588,18 @@ pub(super) fn timeout(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         }
     }
     match args.get(i + 1..) {
-        Some(cmd) if !cmd.is_empty() => ctx.run(cmd),
+        Some(cmd) if !cmd.is_empty() => ctx.run(cmd).await,
         _ => Ok(ctx.usage("timeout", "missing operand", 125)),
     }
 }
 
 /// `time COMMAND...`: runs it and reports (zero) times on stderr, as bash's keyword does.
-pub(super) fn time(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
-    let status = if args.is_empty() { 0 } else { ctx.run(args)? };
+pub(super) async fn time(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+    let status = if args.is_empty() {
+        0
+    } else {
+        ctx.run(args).await?
+    };
     ctx.err("\nreal\t0m0.000s\nuser\t0m0.000s\nsys\t0m0.000s");
     Ok(status)
 }
@@ -660,7 +664,7 @@ pub(super) fn printf(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     Ok(i32::from(!p.errors.is_empty()))
 }
 
-pub(super) fn env(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn env(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let mut i = 0;
     let mut saved = Vec::new();
     while let Some((name, value)) = args
@@ -675,7 +679,7 @@ pub(super) fn env(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         i += 1;
     }
     let r = if i < args.len() {
-        ctx.run(&args[i..])
+        ctx.run(&args[i..]).await
     } else {
         let mut listing: String = ctx
             .sh
@@ -741,7 +745,7 @@ fn xargs_items(input: &str) -> Result<Vec<String>, String> {
     Ok(items)
 }
 
-pub(super) fn xargs(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn xargs(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     // Options end at the command: `xargs grep -l x` must not read `-l` as xargs's.
     let split = args
         .iter()
@@ -837,7 +841,7 @@ pub(super) fn xargs(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         if opts.has("t") {
             ctx.err(argv.join(" "));
         }
-        match ctx.run(&argv)? {
+        match ctx.run(&argv).await? {
             0 => {}
             127 => return Ok(127),
             255 => return Ok(124),

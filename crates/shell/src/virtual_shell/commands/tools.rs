@@ -258,7 +258,7 @@ fn diff_stat(diff: &str) -> String {
     out
 }
 
-pub(super) fn python(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
+pub(super) async fn python(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
     let name = ctx.name.to_string();
     let mut argv = vec![name.clone()];
     argv.extend(args.iter().cloned());
@@ -270,7 +270,7 @@ pub(super) fn python(ctx: &mut Ctx<'_, '_>, args: &[String]) -> Exec {
         return Ok(127);
     };
     let mut io = ProgramIo::new(stdin).with_time_left(sh.budget.time_left());
-    let status = runner.run(&mut *sh.repo, &cwd, &argv, &mut io);
+    let status = runner.run(&mut *sh.repo, &cwd, &argv, &mut io).await;
     for (stream, bytes) in io.output() {
         let fd = if *stream == Stream::Stderr {
             ctx.fds.err
