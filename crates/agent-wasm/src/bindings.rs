@@ -20,6 +20,7 @@ use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{JsFuture, future_to_promise};
 
+use crate::PageEvent;
 use crate::workspace::{Workspace, agent_config};
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -281,23 +282,7 @@ impl AgentWorkspace {
             );
             let mut model = JsModel { host: model };
             let mut emit = |event: AgentEvent<'_>| -> bool {
-                let value = match event {
-                    AgentEvent::StepStarted(index) => {
-                        to_js(&serde_json::json!({ "type": "step", "index": index }))
-                    }
-                    AgentEvent::Text(text) => {
-                        to_js(&serde_json::json!({ "type": "text", "text": text }))
-                    }
-                    AgentEvent::ToolStarted(call) => {
-                        to_js(&serde_json::json!({ "type": "tool", "call": call }))
-                    }
-                    AgentEvent::ToolFinished(record) => {
-                        to_js(&serde_json::json!({ "type": "observation", "record": record }))
-                    }
-                    AgentEvent::StepFinished(t) => {
-                        to_js(&serde_json::json!({ "type": "trajectory", "trajectory": t }))
-                    }
-                };
+                let value = to_js(&PageEvent::from(event));
                 match value.and_then(|v| on_event.call1(&JsValue::NULL, &v)) {
                     Ok(keep) => keep.as_bool() != Some(false),
                     // A throwing listener must not lose the run's record: log and go on.

@@ -6,9 +6,11 @@
 //!
 //! It depends on the agent only, never on the engine: the model is whatever JS passes in.
 
+pub mod events;
 pub mod workspace;
 
 #[cfg(target_arch = "wasm32")]
 mod bindings;
 
+pub use events::PageEvent;
 pub use workspace::{SharedRepo, Workspace, WorkspaceError, agent_config};

@@ -20,6 +20,7 @@ const CUT_OFF: &str = include_str!("../prompts/cut_off.txt");
 const CALL_NOT_RUN: &str = include_str!("../prompts/call_not_run.txt");
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct AgentConfig {
     /// `{root}` is replaced by the repository's root path.
     pub system_prompt: String,

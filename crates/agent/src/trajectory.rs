@@ -7,6 +7,7 @@ use crate::{AgentConfig, FinishReason, Message, ToolCall};
 
 /// Why a run ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 #[serde(rename_all = "snake_case", tag = "reason", content = "detail")]
 pub enum Exit {
     /// The model replied without a tool call: its answer is final.
@@ -20,6 +21,7 @@ pub enum Exit {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct CallRecord {
     /// The call as read from the reply; `None` when it could not be read.
     pub call: Option<ToolCall>,
@@ -29,6 +31,7 @@ pub struct CallRecord {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct StepRecord {
     pub index: usize,
     /// The model's text exactly as generated.
@@ -43,6 +46,7 @@ pub struct StepRecord {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Trajectory {
     pub format: u32,
     pub task: String,
@@ -50,6 +54,7 @@ pub struct Trajectory {
     pub repo_root: String,
     pub config: AgentConfig,
     /// The tool schemas the model was shown.
+    #[cfg_attr(feature = "ts", ts(type = "unknown[]"))]
     pub tools: Vec<serde_json::Value>,
     pub messages: Vec<Message>,
     pub steps: Vec<StepRecord>,
@@ -59,6 +64,7 @@ pub struct Trajectory {
     /// Why the patch could not be brought up to date after the last step (the repository's
     /// root became unreadable); `patch` is then the last one taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub patch_error: Option<String>,
 }
 

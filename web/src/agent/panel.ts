@@ -338,7 +338,7 @@ export class AgentPanel {
       const exit = this.trajectory.exit;
       this.root.dataset.exit = exit?.reason ?? '';
       const steps = this.trajectory.steps.length;
-      this.setStatus('.agent-run-status', `Finished after ${steps} step${steps === 1 ? '' : 's'}: ${exit?.reason.replace(/_/g, ' ')}${exit?.detail ? ` (${exit.detail})` : ''}`);
+      this.setStatus('.agent-run-status', `Finished after ${steps} step${steps === 1 ? '' : 's'}: ${exit?.reason.replace(/_/g, ' ')}${exit && 'detail' in exit ? ` (${exit.detail})` : ''}`);
       this.root.dataset.state = 'done';
     } catch (e) {
       this.root.dataset.state = 'error';

@@ -5,6 +5,8 @@
  */
 import init, { AgentWorkspace, type ModelHost, type TerminalHost, toolSchemas } from './wasm/lilypad_agent_wasm.js';
 import { type PythonOptions, type WorkerPython, loadPython } from './python';
+import type { Sampling } from '../lib/wire';
+import type { AgentConfig, AgentEvent, Observation, Trajectory } from './wire';
 
 export type { ModelHost, PythonHost, TerminalHost } from './wasm/lilypad_agent_wasm.js';
 
@@ -21,64 +23,12 @@ export function sharedPython(options?: PythonOptions): Promise<WorkerPython> {
   return python;
 }
 
-export interface ToolCall {
-  name: string;
-  arguments: Record<string, unknown>;
-}
-
-export interface CallRecord {
-  call: ToolCall | null;
-  observation: string;
-  is_error: boolean;
-  duration_ms: number;
-}
-
-export interface StepRecord {
-  index: number;
-  raw_output: string;
-  finish: 'stop' | 'length' | 'context_full' | 'aborted';
-  prompt_tokens: number;
-  prefilled_tokens: number;
-  generated_tokens: number;
-  prefill_ms: number;
-  decode_ms: number;
-  calls: CallRecord[];
-}
-
-export interface Trajectory {
-  format: number;
-  task: string;
-  model: string;
-  repo_root: string;
-  config: Record<string, unknown>;
-  tools: unknown[];
-  messages: unknown[];
-  steps: StepRecord[];
-  exit: { reason: 'submitted' | 'step_limit' | 'context_limit' | 'format_errors' | 'aborted' | 'model_error'; detail?: string } | null;
-  patch: string;
-}
-
-export type AgentEvent =
-  | { type: 'step'; index: number }
-  | { type: 'text'; text: string }
-  | { type: 'tool'; call: ToolCall }
-  | { type: 'observation'; record: CallRecord }
-  | { type: 'trajectory'; trajectory: Trajectory };
+// The agent's events and records, generated from its Rust types.
+export type { AgentConfig, AgentEvent, CallRecord, Exit, Observation, StepRecord, Trajectory } from './wire';
+export type { ToolCall } from '../lib/wire';
 
 /** AgentConfig's fields, all optional (defaults: FrogNano's evaluation settings). */
-export interface AgentSettings {
-  max_steps?: number;
-  max_tokens_per_step?: number;
-  max_consecutive_format_errors?: number;
-  enable_thinking?: boolean;
-  system_prompt?: string;
-  sampling?: { temperature?: number; top_p?: number; top_k?: number; seed?: number };
-}
-
-export interface Observation {
-  content: string;
-  is_error: boolean;
-}
+export type AgentSettings = Partial<Omit<AgentConfig, 'sampling'>> & { sampling?: Partial<Sampling> };
 
 export interface ProjectFile {
   /** Relative path; a single top folder wrapping everything is unwrapped. */

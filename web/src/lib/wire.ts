@@ -1,5 +1,5 @@
 // Generated from the Rust types in crates/wasm/src/api.rs and crates/lm: do not edit.
-// LILYPAD_UPDATE_TS=1 cargo test -p lilypad-wasm --test typescript writes this file again.
+// LILYPAD_UPDATE_TS=1 cargo test -p lilypad-tests --test typescript writes this file again.
 
 export type Role = "system" | "user" | "assistant" | "tool";
 

@@ -18,6 +18,7 @@ use args::Spec;
 
 /// What a tool answers; the model reads `content` as the tool's reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS))]
 pub struct Observation {
     pub content: String,
     pub is_error: bool,
