@@ -1,7 +1,9 @@
 //! The TypeScript declarations of the types that cross the JS boundary, generated from their
 //! Rust definitions so the two sides cannot drift apart: `web/src/lib/wire.ts` (the engine's
 //! requests, results and info; the messages, sampling and completions every model user shares)
-//! and `web/src/agent/wire.ts` (the agent's events, records and settings). This test fails when
+//! `web/src/agent/wire.ts` (the agent's events, records and settings) and
+//! `web/vscode/src/stdio-wire.ts` (`lilypad agent-stdio`'s request and events, for the VS Code
+//! extension's native path). This test fails when
 //! a file is not what the Rust types say; `LILYPAD_UPDATE_TS=1 cargo test -p lilypad-tests
 //! --test typescript` writes them.
 
@@ -55,14 +57,37 @@ fn layout(decl: &str) -> String {
     let lines: Vec<String> = variants
         .iter()
         .map(|v| match object_body(v) {
-            Some(inner) => format!("  | {{ {} }}", split_top_level(inner, b',').join("; ")),
-            None => format!("  | {v}"),
+            Some(inner) => {
+                let fields: Vec<String> = split_top_level(inner, b',')
+                    .into_iter()
+                    .map(one_line)
+                    .collect();
+                format!("  | {{ {} }}", fields.join("; "))
+            }
+            None => format!("  | {}", one_line(v)),
         })
         .collect();
     if lines.iter().all(|l| !l.contains("{ ")) {
         return decl.to_string();
     }
     format!("{head} =\n{};", lines.join("\n"))
+}
+
+/// `text` on one line, without its doc comments (a union's variants are read at a glance).
+fn one_line(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("/**") {
+        out.push_str(&rest[..start]);
+        rest = rest[start..]
+            .find("*/")
+            .map_or("", |end| &rest[start + end + 2..]);
+    }
+    out.push_str(rest);
+    out.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(", }", " }")
 }
 
 /// The fields of `{ ... }`, or None when `text` is not one object.
@@ -153,6 +178,26 @@ fn agent_wire_ts() -> String {
     )
 }
 
+fn stdio_wire_ts() -> String {
+    use lilypad_cli::stdio_protocol::*;
+    let cfg = config();
+    let declarations = [
+        declaration::<FileSpec>(&cfg),
+        declaration::<RepoSpec>(&cfg),
+        declaration::<ModelSpec>(&cfg),
+        declaration::<Settings>(&cfg),
+        declaration::<Request>(&cfg),
+        declaration::<FileResult>(&cfg),
+        declaration::<ErrorCode>(&cfg),
+        declaration::<Event>(&cfg),
+    ];
+    format!(
+        "{}import type {{ Exit, Trajectory }} from '../../src/agent/wire';\n\n{}",
+        header("crates/cli/src/stdio_protocol.rs"),
+        declarations.join("\n")
+    )
+}
+
 #[test]
 fn the_wire_types_are_generated_from_the_rust_types() {
     let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../web/src");
@@ -160,6 +205,7 @@ fn the_wire_types_are_generated_from_the_rust_types() {
     for (path, expected) in [
         (web.join("lib/wire.ts"), engine_wire_ts()),
         (web.join("agent/wire.ts"), agent_wire_ts()),
+        (web.join("../vscode/src/stdio-wire.ts"), stdio_wire_ts()),
     ] {
         if update {
             std::fs::write(&path, &expected).unwrap();

@@ -7,6 +7,7 @@ pub mod download;
 mod load;
 pub mod lora;
 mod report;
+pub mod stdio_protocol;
 
 pub use agent_args::AgentArgs;
 pub use load::{Loaded, ModelArgs, model_name, open_file, open_tokenizer};

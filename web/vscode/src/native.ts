@@ -9,12 +9,11 @@ import * as readline from 'node:readline';
 import * as vscode from 'vscode';
 import { workspaceRoot } from './extension';
 import type { PendingChanges } from './pending';
-import { type ProposedChange, isModelFile } from './protocol';
+import { isModelFile } from './protocol';
+import type { Event, Request } from './stdio-wire';
 
-export interface NativeEvent {
-  type: string;
-  [key: string]: unknown;
-}
+/** One line of `lilypad agent-stdio`'s output (types generated from its Rust definitions). */
+export type NativeEvent = Event;
 
 export class NativeAgent {
   private output = vscode.window.createOutputChannel('lilypad (native)');
@@ -55,7 +54,7 @@ export class NativeAgent {
       this.output.appendLine(`lilypad.lora (${lora}) is a URL: the native agent reads adapter folders on this machine, so it runs the base model`);
       void vscode.window.showWarningMessage('lilypad: the native agent reads LoRA adapters from folders on this machine; it runs the base model.');
     }
-    const request = {
+    const request: Request = {
       type: 'solve',
       task,
       model: scripted
@@ -95,12 +94,12 @@ export class NativeAgent {
           }
           this.events.push(e);
           this.output.appendLine(line.length > 400 ? `${line.slice(0, 400)}…` : line);
-          if (e.type === 'step_started') progress.report({ message: `step ${Number(e.index) + 1}` });
+          if (e.type === 'step_started') progress.report({ message: `step ${e.index + 1}` });
           if (e.type === 'load_progress') progress.report({ message: `loading ${e.tensor}` });
           if (e.type === 'error') exit = `error: ${e.message}`;
           if (e.type === 'done') {
-            exit = String((e.exit as { reason?: string } | null)?.reason ?? 'done');
-            const changes = (e.changes as ProposedChange[]).map((c) => ({ path: c.path, change: c.change, text: c.text }));
+            exit = e.exit?.reason ?? 'done';
+            const changes = e.changes.map((c) => ({ path: c.path, change: c.change, text: c.text }));
             void this.pending.set(changes).then(async () => {
               if (!changes.length) return;
               const go = await vscode.window.showInformationMessage(
