@@ -177,6 +177,11 @@ try {
     assert.ok(ms < 10_000, `${what} took ${ms} ms to stop`);
     results[`python_stop_ms_${what.replace(/\W+/g, '_')}`] = ms;
   }
+  // A run the worker's runner cannot serve fails with its reason, and the next ones get a fresh worker.
+  const broken = await page.evaluate(() =>
+    window.lilypadAgent.panel.session.python.run({ root: '/repo', cwd: '/no/such/folder', argv: ['python3', '-c', '1'], stdin: new Uint8Array(), files: [], timeout_ms: 10_000 })
+      .then(() => 'answered', (e) => String(e.message)));
+  assert.match(broken, /FileNotFoundError/, 'a run the runner cannot start fails with its reason');
   results.python_restarts = await page.evaluate(() => window.lilypadAgent.panel.session.python?.restarts);
   assert.equal((await shell('rm test_forever.py swallow.py untrap.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
 

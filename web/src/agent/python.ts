@@ -98,7 +98,7 @@ export class WorkerPython implements PythonHost {
   }
 
   /** Ends the worker (and whatever it runs) and starts a fresh one. */
-  private restart() {
+  restart() {
     this.restarts++;
     this.worker?.terminate();
     this.worker = undefined;
@@ -130,12 +130,20 @@ export class WorkerPython implements PythonHost {
             this.pending.delete(m.id);
             break;
           case 'error':
+            // The runner itself failed (Pyodide may be unusable now): a fresh worker for the next.
             this.pending.get(m.id)?.reject(new Error(m.message));
             this.pending.delete(m.id);
+            this.restart();
             break;
         }
       };
-      worker.onerror = (e) => reject(new Error(`Python's worker failed: ${e.message}`));
+      worker.onerror = (e) => {
+        const error = new Error(`Python's worker failed: ${e.message}`);
+        reject(error);
+        for (const { reject: fail } of this.pending.values()) fail(error);
+        this.pending.clear();
+        if (this.worker === worker) this.restart();
+      };
     });
     const assets = this.options.startWorker ? await (this.assets ??= this.fetchAssets()) : undefined;
     worker.postMessage({ type: 'load', indexURL: this.indexURL, assets } satisfies ToPythonWorker);
