@@ -330,11 +330,23 @@ impl GpuContext {
     /// was submitted before it), for callers that wait on their own work without a read-back.
     pub fn submit_tracked(&self, encoder: wgpu::CommandEncoder) -> Submitted {
         let index = self.queue.submit([encoder.finish()]);
-        let (tx, done) = flume::bounded(1);
-        self.queue.on_submitted_work_done(move || {
-            let _ = tx.send(());
-        });
-        Submitted { index, done }
+        // In the browser the queue's work-done promise is the wait. Natively the submission's
+        // index is: a work-done callback belongs to the queue's latest submission when it is
+        // registered, which another thread sharing the device may have made since, and a
+        // poll for our own index need not fire it (it hung tests sharing one device).
+        #[cfg(target_arch = "wasm32")]
+        let done = {
+            let (tx, done) = flume::bounded(1);
+            self.queue.on_submitted_work_done(move || {
+                let _ = tx.send(());
+            });
+            done
+        };
+        Submitted {
+            index,
+            #[cfg(target_arch = "wasm32")]
+            done,
+        }
     }
 
     /// Waits until `work` has run: natively polls the device for that submission only; in the
@@ -342,10 +354,16 @@ impl GpuContext {
     /// page's other messages (an abort, say).
     pub async fn finished(&self, work: Submitted) -> Result<()> {
         #[cfg(not(target_arch = "wasm32"))]
-        self.poll_until(work.index)?;
-        let done = work.done.recv_async().await;
-        self.check()?;
-        done.map_err(|e| EngineError::Readback(e.to_string()))
+        {
+            self.poll_until(work.index)?;
+            self.check()
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            let done = work.done.recv_async().await;
+            self.check()?;
+            done.map_err(|e| EngineError::Readback(e.to_string()))
+        }
     }
 
     /// Natively, polls the device until submission `index` has run (not the ones after it),
@@ -380,6 +398,7 @@ impl GpuContext {
 pub struct Submitted {
     #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     index: wgpu::SubmissionIndex,
+    #[cfg(target_arch = "wasm32")]
     done: flume::Receiver<()>,
 }
 
