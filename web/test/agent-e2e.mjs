@@ -177,11 +177,19 @@ try {
     assert.ok(ms < 10_000, `${what} took ${ms} ms to stop`);
     results[`python_stop_ms_${what.replace(/\W+/g, '_')}`] = ms;
   }
-  // A run the worker's runner cannot serve fails with its reason, and the next ones get a fresh worker.
-  const broken = await page.evaluate(() =>
-    window.lilypadAgent.panel.session.python.run({ root: '/repo', cwd: '/no/such/folder', argv: ['python3', '-c', '1'], stdin: new Uint8Array(), files: [], timeout_ms: 10_000 })
-      .then(() => 'answered', (e) => String(e.message)));
-  assert.match(broken, /FileNotFoundError/, 'a run the runner cannot start fails with its reason');
+  // A run the driver cannot start fails with its reason; Python goes on (no restart for that).
+  const [broken, restartsBefore, restartsAfter] = await page.evaluate(async () => {
+    const python = window.lilypadAgent.panel.session.python;
+    const before = python.restarts;
+    const error = await python.run({ root: '/repo', cwd: '/repo', argv: [], stdin: new Uint8Array(), files: [], timeout_ms: 10_000 })
+      .then(() => 'answered', (e) => String(e.message));
+    return [error, before, python.restarts];
+  });
+  assert.match(broken, /IndexError/, 'a run the driver cannot start fails with its reason');
+  assert.equal(restartsAfter, restartsBefore, 'a failed run does not restart Python');
+  // A folder without files is where the program runs.
+  const inEmpty = await shell('mkdir -p empty/inner && cd empty/inner && python3 -c "import os; print(os.getcwd())"');
+  assert.equal(inEmpty.content.trim(), '/repo/empty/inner', inEmpty.content);
   results.python_restarts = await page.evaluate(() => window.lilypadAgent.panel.session.python?.restarts);
   assert.equal((await shell('rm test_forever.py swallow.py untrap.py && python3 -c "print(6 * 7)"')).content.trim(), '42', 'Python runs again after a stop');
 

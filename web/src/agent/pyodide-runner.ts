@@ -246,6 +246,8 @@ export class PyodideRunner {
     const root = request.root;
     const before = new Map(request.files);
     syncTree(FS, root, before);
+    // Folders without files (`mkdir d && cd d && python3 …`) exist only in the shell's project.
+    FS.mkdirTree(request.cwd);
     this.output = [];
     const run = this.pyodide.globals.get('_lilypad_run');
     let exitCode: number;

@@ -5,7 +5,7 @@
  *
  * Messages: `{ type: 'load', indexURL, assets? }` answers `{ type: 'ready', version }` or
  * `{ type: 'failed', message }`; `{ type: 'run', id, request }` answers
- * `{ type: 'result', id, result }` or `{ type: 'error', id, message }`. `assets` maps file
+ * `{ type: 'result', id, result }` or `{ type: 'error', id, message, fatal }`. `assets` maps file
  * names under indexURL to blob URLs the page made, for pages whose workers cannot fetch from
  * the page's origin (editor webviews).
  */
@@ -19,7 +19,8 @@ export type FromPythonWorker =
   | { type: 'ready'; version: string }
   | { type: 'failed'; message: string }
   | { type: 'result'; id: number; result: ReturnType<PyodideRunner['run']> }
-  | { type: 'error'; id: number; message: string };
+  /** `fatal`: Pyodide failed, not the program (a PythonError is the program's). */
+  | { type: 'error'; id: number; message: string; fatal: boolean };
 
 const post = (m: FromPythonWorker, transfer: Transferable[] = []) => postMessage(m, { transfer });
 let runner: Promise<PyodideRunner> | undefined;
@@ -70,6 +71,7 @@ self.onmessage = async (e: MessageEvent<ToPythonWorker>) => {
     const result = (await runner).run(m.request);
     post({ type: 'result', id: m.id, result }, buffers(result));
   } catch (err) {
-    post({ type: 'error', id: m.id, message: String((err as Error)?.message ?? err) });
+    const fatal = (err as Error)?.constructor?.name !== 'PythonError';
+    post({ type: 'error', id: m.id, message: String((err as Error)?.message ?? err), fatal });
   }
 };

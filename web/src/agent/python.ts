@@ -34,13 +34,22 @@ export async function loadPython(options: PythonOptions = {}): Promise<WorkerPyt
   return python;
 }
 
+/** One start of Python's worker: it is the one in use while `current` points to it. */
+interface Start {
+  worker?: Worker;
+  ready: Promise<void>;
+  /** Fails the start (no-op once it has settled). */
+  fail: (e: Error) => void;
+}
+
 export class WorkerPython implements PythonHost {
   /** The Python version, e.g. "3.14.0" (known once ready). */
   version = '';
   /** Runs ended by terminating the worker. */
   restarts = 0;
-  private worker?: Worker;
-  private starting?: Promise<void>;
+  private current?: Start;
+  /** Runs go to the worker one at a time, so each one's time limit counts from its own start. */
+  private queue: Promise<unknown> = Promise.resolve();
   private nextId = 0;
   private pending = new Map<number, { resolve: (r: PythonResult) => void; reject: (e: Error) => void }>();
   private readonly indexURL: string;
@@ -53,18 +62,18 @@ export class WorkerPython implements PythonHost {
 
   /** Resolves when a worker with Python is up (starting one if none is). */
   ready(): Promise<void> {
-    this.starting ??= this.start().catch((e) => {
-      this.starting = undefined;
-      this.worker?.terminate();
-      this.worker = undefined;
-      throw e;
-    });
-    return this.starting;
+    return (this.current ??= this.launch()).ready;
   }
 
-  async run(request: RunRequest): Promise<PythonResult> {
+  run(request: RunRequest): Promise<PythonResult> {
+    const run = this.queue.then(() => this.runNow(request));
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  private async runNow(request: RunRequest): Promise<PythonResult> {
     await this.ready();
-    const worker = this.worker!;
+    const worker = this.current!.worker!;
     const id = this.nextId++;
     const answer = new Promise<PythonResult>((resolve, reject) => this.pending.set(id, { resolve, reject }));
     // The request's arrays are copies made for it: their buffers move to the worker.
@@ -97,57 +106,86 @@ export class WorkerPython implements PythonHost {
     }
   }
 
-  /** Ends the worker (and whatever it runs) and starts a fresh one. */
+  /** Ends the worker (and whatever it runs, or its start) and starts a fresh one. */
   restart() {
+    const old = this.current;
+    this.current = undefined;
+    if (old) {
+      old.worker?.terminate();
+      old.fail(new Error('Python was restarted'));
+    }
     this.restarts++;
-    this.worker?.terminate();
-    this.worker = undefined;
-    this.starting = undefined;
     for (const { reject } of this.pending.values()) reject(new Error('Python was restarted'));
     this.pending.clear();
     // Loading takes seconds: start now, so the next command finds it ready.
     this.ready().catch(() => {});
   }
 
-  private async start(): Promise<void> {
-    const worker =
-      (await this.options.startWorker?.()) ??
-      new Worker(new URL('./python-worker.ts', import.meta.url), { type: 'module', name: 'lilypad-python' });
-    this.worker = worker;
+  /**
+   * Starts a worker. Its events count only while it is the current one; a start that fails
+   * is dropped (the next run tries again and hears why), never retried on its own.
+   */
+  private launch(): Start {
+    let succeed!: () => void;
+    let fail!: (e: Error) => void;
     const ready = new Promise<void>((resolve, reject) => {
+      succeed = resolve;
+      fail = reject;
+    });
+    const start: Start = { ready, fail };
+    let up = false;
+    const isCurrent = () => this.current === start;
+    ready.then(
+      () => (up = true),
+      () => {
+        if (!isCurrent()) return;
+        this.current = undefined;
+        start.worker?.terminate();
+      },
+    );
+    (async () => {
+      const worker =
+        (await this.options.startWorker?.()) ??
+        new Worker(new URL('./python-worker.ts', import.meta.url), { type: 'module', name: 'lilypad-python' });
+      if (!isCurrent()) return worker.terminate();
+      start.worker = worker;
       worker.onmessage = (e: MessageEvent<FromPythonWorker>) => {
+        if (!isCurrent()) return;
         const m = e.data;
         switch (m.type) {
           case 'ready':
             this.version = m.version;
-            resolve();
+            succeed();
             break;
           case 'failed':
-            reject(new Error(`Python did not start: ${m.message}`));
+            fail(new Error(`Python did not start: ${m.message}`));
             break;
           case 'result':
             this.pending.get(m.id)?.resolve(m.result);
             this.pending.delete(m.id);
             break;
           case 'error':
-            // The runner itself failed (Pyodide may be unusable now): a fresh worker for the next.
             this.pending.get(m.id)?.reject(new Error(m.message));
             this.pending.delete(m.id);
-            this.restart();
+            // Pyodide itself failed (not the program): it may be unusable now.
+            if (m.fatal) this.restart();
             break;
         }
       };
       worker.onerror = (e) => {
+        if (!isCurrent()) return;
         const error = new Error(`Python's worker failed: ${e.message}`);
-        reject(error);
-        for (const { reject: fail } of this.pending.values()) fail(error);
+        fail(error);
+        for (const { reject } of this.pending.values()) reject(error);
         this.pending.clear();
-        if (this.worker === worker) this.restart();
+        // A worker that was up gets a successor; one that never started is left for the
+        // next run to try again.
+        if (up) this.restart();
       };
-    });
-    const assets = this.options.startWorker ? await (this.assets ??= this.fetchAssets()) : undefined;
-    worker.postMessage({ type: 'load', indexURL: this.indexURL, assets } satisfies ToPythonWorker);
-    await ready;
+      const assets = this.options.startWorker ? await (this.assets ??= this.fetchAssets()) : undefined;
+      worker.postMessage({ type: 'load', indexURL: this.indexURL, assets } satisfies ToPythonWorker);
+    })().catch((e) => fail(e instanceof Error ? e : new Error(String(e))));
+    return start;
   }
 
   /** Pyodide's files fetched by the page, as blob URLs the worker can read (kept for restarts). */
