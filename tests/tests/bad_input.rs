@@ -136,6 +136,45 @@ fn context_larger_than_the_adapter_allows_is_refused_up_front() {
     assert!(matches!(err, EngineError::TooLarge { .. }), "{err}");
 }
 
+/// Vulkan adapters report their memory; a model that needs more than a GPU has is refused before
+/// loading, naming both sizes. A CPU adapter's heap is nominal (lavapipe: 2 GiB) and not held to.
+#[test]
+fn a_model_larger_than_the_adapters_memory_is_refused_up_front() {
+    let Some(ctx) = gpu() else { return };
+    if ctx.adapter.backend == "Vulkan" {
+        let memory = ctx.adapter.memory.expect("Vulkan reports its heaps");
+        assert!(memory >= 256 << 20, "{}", ctx.adapter);
+        assert!(
+            ctx.adapter.to_string().contains(", memory heap "),
+            "{}",
+            ctx.adapter
+        );
+    }
+    let bytes = tiny_llama(GgmlType::Q4_0);
+    let file = GgufFile::read(&bytes).unwrap();
+    let cfg = lilypad_engine::ModelConfig::from_gguf(&file).unwrap();
+    let plan = cfg.memory_plan(&file, 128, 8, lilypad_engine::DType::F16, false);
+    let mut adapter = ctx.adapter.clone();
+    adapter.memory = Some(plan.total() - 1);
+    adapter.device_type = "Cpu".into();
+    assert!(plan.check_memory(&adapter, 128).is_ok());
+    adapter.device_type = "DiscreteGpu".into();
+    let err = plan.check_memory(&adapter, 128).unwrap_err();
+    assert!(matches!(err, EngineError::TooLarge { .. }), "{err}");
+    let message = err.to_string();
+    let needed = lilypad_engine::error::human_bytes(plan.total());
+    let allowed = lilypad_engine::error::human_bytes(plan.total() - 1);
+    assert!(
+        message.contains(&needed) && message.contains(&allowed),
+        "{message}"
+    );
+    assert!(message.contains("device memory"), "{message}");
+    adapter.memory = Some(plan.total());
+    assert!(plan.check_memory(&adapter, 128).is_ok());
+    adapter.memory = None;
+    assert!(plan.check_memory(&adapter, 128).is_ok());
+}
+
 #[test]
 fn unknown_adapter_is_a_typed_error() {
     let opts = AdapterOptions {

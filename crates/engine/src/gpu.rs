@@ -40,6 +40,9 @@ pub struct AdapterSummary {
     pub max_buffer: u64,
     pub subgroups: bool,
     pub shader_f16: bool,
+    /// The largest device-local memory heap, where the adapter says (Vulkan, natively); a CPU
+    /// adapter's is nominal (lavapipe: 2 GiB, whatever the machine has).
+    pub memory: Option<u64>,
 }
 
 impl std::fmt::Display for AdapterSummary {
@@ -57,8 +60,38 @@ impl std::fmt::Display for AdapterSummary {
             },
             crate::error::human_bytes(self.max_storage_binding),
             crate::error::human_bytes(self.max_buffer),
-        )
+        )?;
+        if let Some(memory) = self.memory {
+            write!(f, ", memory heap {}", crate::error::human_bytes(memory))?;
+        }
+        Ok(())
     }
+}
+
+/// The size of the adapter's largest device-local heap, from Vulkan; None on other backends
+/// and platforms (WebGPU, Metal and DX12 through wgpu do not say).
+#[cfg(any(target_os = "linux", target_os = "windows"))]
+fn device_local_memory(adapter: &wgpu::Adapter) -> Option<u64> {
+    use ash::vk;
+    // SAFETY: the raw instance and physical device are only read, while `adapter` (which owns
+    // them) is borrowed.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let properties = unsafe {
+        hal.shared_instance()
+            .raw_instance()
+            .get_physical_device_memory_properties(hal.raw_physical_device())
+    };
+    properties
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|heap| heap.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|heap| heap.size)
+        .max()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "windows")))]
+fn device_local_memory(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
 }
 
 pub struct GpuContext {
@@ -154,6 +187,7 @@ impl GpuContext {
             max_buffer: limits.max_buffer_size,
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
+            memory: device_local_memory(&adapter),
         };
         let matvec_layout = crate::ops::matvec::MatvecLayout::for_adapter(info.device_type);
         Ok(Arc::new(Self {

@@ -59,7 +59,8 @@ impl MemoryPlan {
 impl MemoryPlan {
     /// Refuses, before anything is allocated, a plan that cannot run on `ctx`'s adapter: a
     /// buffer that must be one binding (a layer's KV cache, the logits, recurrent state) larger
-    /// than the adapter's binding or buffer limit. Weights are split, so never refused here.
+    /// than the adapter's binding or buffer limit, or a whole larger than the adapter's device
+    /// memory where it reports it. Weights are split across bindings, so never refused alone.
     pub fn check_fits(&self, ctx: &GpuContext, context: u32) -> Result<()> {
         let limits = [
             (
@@ -81,7 +82,26 @@ impl MemoryPlan {
                 });
             }
         }
-        Ok(())
+        self.check_memory(&ctx.adapter, context)
+    }
+
+    /// Refuses a plan larger than the adapter's device memory, where the adapter reports it.
+    /// A CPU adapter's heap size is nominal (lavapipe reports 2 GiB and runs more), so it is
+    /// not held to it.
+    pub fn check_memory(&self, adapter: &crate::gpu::AdapterSummary, context: u32) -> Result<()> {
+        match adapter.memory {
+            _ if adapter.device_type == "Cpu" => Ok(()),
+            Some(memory) if self.total() > memory => Err(EngineError::TooLarge {
+                adapter: adapter.name.clone(),
+                what: "its device memory",
+                needed: format!(
+                    "{} in all at context {context} ({self})",
+                    human_bytes(self.total())
+                ),
+                allowed: human_bytes(memory),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
