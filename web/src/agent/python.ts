@@ -72,8 +72,14 @@ export class WorkerPython implements PythonHost {
   }
 
   private async runNow(request: RunRequest): Promise<PythonResult> {
-    await this.ready();
-    const worker = this.current!.worker!;
+    // The worker that answered ready, as long as it is still the one in use (a restart in
+    // between starts another, which is waited for in turn).
+    let start: Start;
+    do {
+      start = this.current ??= this.launch();
+      await start.ready;
+    } while (start !== this.current);
+    const worker = start.worker!;
     const id = this.nextId++;
     const answer = new Promise<PythonResult>((resolve, reject) => this.pending.set(id, { resolve, reject }));
     // The request's arrays are copies made for it: their buffers move to the worker.
