@@ -136,16 +136,21 @@ fn context_larger_than_the_adapter_allows_is_refused_up_front() {
     assert!(matches!(err, EngineError::TooLarge { .. }), "{err}");
 }
 
-/// Vulkan adapters report their memory; a model that needs more than a GPU has is refused before
-/// loading, naming both sizes. A CPU adapter's heap is nominal (lavapipe: 2 GiB) and not held to.
+/// A plan larger than the memory it would live in is refused before anything is allocated,
+/// naming both sizes: a GPU's device-local heap, or the machine's memory for a CPU adapter
+/// (whose heap is nominal: lavapipe reports 2 GiB and is not held to it).
 #[test]
 fn a_model_larger_than_the_adapters_memory_is_refused_up_front() {
     let Some(ctx) = gpu() else { return };
     if ctx.adapter.backend == "Vulkan" {
         let memory = ctx.adapter.memory.expect("Vulkan reports its heaps");
         assert!(memory >= 256 << 20, "{}", ctx.adapter);
+    }
+    if ctx.adapter.device_type == "Cpu" && cfg!(target_os = "linux") {
+        let host = ctx.adapter.host_memory.expect("/proc/meminfo says");
+        assert!(host >= 512 << 20, "{}", ctx.adapter);
         assert!(
-            ctx.adapter.to_string().contains(", memory heap "),
+            ctx.adapter.to_string().contains(", system memory "),
             "{}",
             ctx.adapter
         );
@@ -154,24 +159,35 @@ fn a_model_larger_than_the_adapters_memory_is_refused_up_front() {
     let file = GgufFile::read(&bytes).unwrap();
     let cfg = lilypad_engine::ModelConfig::from_gguf(&file).unwrap();
     let plan = cfg.memory_plan(&file, 128, 8, lilypad_engine::DType::F16, false);
+    let refused = |adapter: &lilypad_engine::AdapterSummary, what: &str| {
+        let err = plan.check_memory(adapter, 128).unwrap_err();
+        assert!(matches!(err, EngineError::TooLarge { .. }), "{err}");
+        let message = err.to_string();
+        let needed = lilypad_engine::error::human_bytes(plan.total());
+        let allowed = lilypad_engine::error::human_bytes(plan.total() - 1);
+        assert!(
+            message.contains(&needed) && message.contains(&allowed) && message.contains(what),
+            "{message}"
+        );
+    };
     let mut adapter = ctx.adapter.clone();
-    adapter.memory = Some(plan.total() - 1);
-    adapter.device_type = "Cpu".into();
-    assert!(plan.check_memory(&adapter, 128).is_ok());
+    // A GPU is held to its heap, whatever the machine has.
     adapter.device_type = "DiscreteGpu".into();
-    let err = plan.check_memory(&adapter, 128).unwrap_err();
-    assert!(matches!(err, EngineError::TooLarge { .. }), "{err}");
-    let message = err.to_string();
-    let needed = lilypad_engine::error::human_bytes(plan.total());
-    let allowed = lilypad_engine::error::human_bytes(plan.total() - 1);
-    assert!(
-        message.contains(&needed) && message.contains(&allowed),
-        "{message}"
-    );
-    assert!(message.contains("device memory"), "{message}");
+    adapter.memory = Some(plan.total() - 1);
+    adapter.host_memory = Some(u64::MAX);
+    refused(&adapter, "device memory");
     adapter.memory = Some(plan.total());
     assert!(plan.check_memory(&adapter, 128).is_ok());
     adapter.memory = None;
+    assert!(plan.check_memory(&adapter, 128).is_ok());
+    // A CPU adapter is held to the machine's memory, not to its nominal heap.
+    adapter.device_type = "Cpu".into();
+    adapter.memory = Some(1);
+    adapter.host_memory = Some(plan.total() - 1);
+    refused(&adapter, "the machine's memory");
+    adapter.host_memory = Some(plan.total());
+    assert!(plan.check_memory(&adapter, 128).is_ok());
+    adapter.host_memory = None;
     assert!(plan.check_memory(&adapter, 128).is_ok());
 }
 
@@ -179,7 +195,7 @@ fn a_model_larger_than_the_adapters_memory_is_refused_up_front() {
 fn unknown_adapter_is_a_typed_error() {
     let opts = AdapterOptions {
         name: Some("no-such-gpu-anywhere".into()),
-        backends: None,
+        ..AdapterOptions::default()
     };
     let err = pollster::block_on(GpuContext::new(&opts))
         .err()

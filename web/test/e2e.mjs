@@ -14,7 +14,8 @@
 // field shows only for "Another URL…", the default preset answers the README's question with
 // the native CLI's greedy chat answer without touching the sampling form, and a long prompt shows
 // its progress while it is read and stops within seconds when Stop is pressed (screenshots of
-// those states go to $E2E_SCREENSHOTS).
+// those states go to $E2E_SCREENSHOTS). A context larger than the machine's memory (where
+// SwiftShader's buffers live) is refused before anything is allocated, and the model loads again.
 //
 // Environment: LILYPAD_MODEL (the GGUF), LILYPAD_BIN (the native `lilypad` binary),
 // LILYPAD_TRAINED (a folder holding a train-native run over LILYPAD_MODEL,
@@ -452,6 +453,32 @@ try {
   await page.click('#delete-prompt-states');
   await page.waitForFunction(() => document.getElementById('prompt-states').dataset.count === '0');
   assert.equal(await page.isVisible('#delete-prompt-states'), false);
+
+  step("a context larger than the machine's memory is refused before anything is allocated, then the model loads again");
+  // SwiftShader's buffers live in the machine's memory: past it, the browser's GPU process was
+  // killed and the device lost after half a minute. 2M positions fit each binding (f16 KV).
+  const refusal = await page.evaluate(async ({ modelUrl, prompt }) => {
+    const engine = globalThis.lilypadEngine();
+    const started = Date.now();
+    const out = { deviceMemory: navigator.deviceMemory };
+    try {
+      await engine.load({ kind: 'url', url: modelUrl }, { context: 2_000_000 });
+      out.loaded = true;
+    } catch (e) {
+      Object.assign(out, { code: e.code, message: e.message, ms: Date.now() - started });
+    }
+    await engine.load({ kind: 'url', url: modelUrl }, {});
+    const c = await engine.completions.create({ prompt, max_tokens: 8, temperature: 0 });
+    out.text = c.choices[0].text;
+    return out;
+  }, { modelUrl: `${server.url}${modelPath}`, prompt: PROMPT });
+  console.log(`  refused in ${refusal.ms} ms (navigator.deviceMemory ${refusal.deviceMemory} GiB): ${refusal.message}`);
+  assert.equal(refusal.code, 'too-large', JSON.stringify(refusal));
+  assert.match(refusal.message, /at context 2000000.* allows [\d.]+ GiB \(the machine's memory\)/, refusal.message);
+  assert.ok(!refusal.message.includes('the adapter  '), `the adapter is named: ${refusal.message}`);
+  assert.ok(refusal.ms < 10_000, `refused before any upload: ${refusal.ms} ms`);
+  assert.ok(nativeText.startsWith(refusal.text) && refusal.text.length > 0, `${JSON.stringify(refusal.text)} begins ${JSON.stringify(nativeText)}`);
+  results.too_large = { ms: refusal.ms, message: refusal.message };
 
   step('a GPU device lost mid-generation, then the model loaded again');
   await page.goto(`${server.url}/?debug`);

@@ -13,6 +13,12 @@ use crate::error::{EngineError, Result};
 pub struct AdapterOptions {
     pub name: Option<String>,
     pub backends: Option<wgpu::Backends>,
+    /// The machine's memory in bytes, where the embedder knows it better than the engine (the
+    /// browser's `navigator.deviceMemory`); natively the engine reads it itself.
+    pub host_memory: Option<u64>,
+    /// What to call an adapter the backend gives no name (the browser's WebGPU, whose page
+    /// knows its vendor and architecture).
+    pub fallback_name: Option<String>,
 }
 
 impl AdapterOptions {
@@ -25,7 +31,12 @@ impl AdapterOptions {
         let backends = std::env::var("LILYPAD_BACKEND")
             .ok()
             .map(|b| wgpu::Backends::from_comma_list(&b));
-        Self { name, backends }
+        Self {
+            name,
+            backends,
+            host_memory: None,
+            fallback_name: None,
+        }
     }
 }
 
@@ -43,6 +54,21 @@ pub struct AdapterSummary {
     /// The largest device-local memory heap, where the adapter says (Vulkan, natively); a CPU
     /// adapter's is nominal (lavapipe: 2 GiB, whatever the machine has).
     pub memory: Option<u64>,
+    /// The machine's memory, where known, which is where a CPU adapter's buffers live (natively
+    /// MemTotal of /proc/meminfo; in the browser `navigator.deviceMemory`, rounded down).
+    pub host_memory: Option<u64>,
+}
+
+impl AdapterSummary {
+    /// What a model's whole memory plan must fit in: the machine's memory for a CPU adapter,
+    /// the device-local heap for a GPU, with the words that name it.
+    pub fn memory_budget(&self) -> Option<(u64, &'static str)> {
+        if self.device_type == "Cpu" {
+            self.host_memory.map(|m| (m, "the machine's memory"))
+        } else {
+            self.memory.map(|m| (m, "its device memory"))
+        }
+    }
 }
 
 impl std::fmt::Display for AdapterSummary {
@@ -61,8 +87,13 @@ impl std::fmt::Display for AdapterSummary {
             crate::error::human_bytes(self.max_storage_binding),
             crate::error::human_bytes(self.max_buffer),
         )?;
-        if let Some(memory) = self.memory {
-            write!(f, ", memory heap {}", crate::error::human_bytes(memory))?;
+        if let Some((memory, _)) = self.memory_budget() {
+            let what = if self.device_type == "Cpu" {
+                "system memory"
+            } else {
+                "memory heap"
+            };
+            write!(f, ", {what} {}", crate::error::human_bytes(memory))?;
         }
         Ok(())
     }
@@ -87,6 +118,14 @@ fn device_local_memory(adapter: &wgpu::Adapter) -> Option<u64> {
         .filter(|heap| heap.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
         .map(|heap| heap.size)
         .max()
+}
+
+/// The machine's memory (MemTotal); None where /proc/meminfo is not (wasm, other systems).
+fn system_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 #[cfg(not(any(target_os = "linux", target_os = "windows")))]
@@ -114,7 +153,11 @@ impl GpuContext {
             ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
         });
         let adapter = pick_adapter(&instance, opts).await?;
-        let info = adapter.get_info();
+        let mut info = adapter.get_info();
+        if info.name.is_empty() {
+            info.name = (opts.fallback_name.clone())
+                .unwrap_or_else(|| format!("{:?} adapter", info.backend));
+        }
         let adapter_limits = adapter.limits();
         let downlevel = adapter.get_downlevel_capabilities();
         if !downlevel
@@ -188,6 +231,7 @@ impl GpuContext {
             subgroups: features.contains(wgpu::Features::SUBGROUP),
             shader_f16: features.contains(wgpu::Features::SHADER_F16),
             memory: device_local_memory(&adapter),
+            host_memory: opts.host_memory.or_else(system_memory),
         };
         let matvec_layout = crate::ops::matvec::MatvecLayout::for_adapter(info.device_type);
         Ok(Arc::new(Self {

@@ -85,19 +85,16 @@ impl MemoryPlan {
         self.check_memory(&ctx.adapter, context)
     }
 
-    /// Refuses a plan larger than the adapter's device memory, where the adapter reports it.
-    /// A CPU adapter's heap size is nominal (lavapipe reports 2 GiB and runs more), so it is
-    /// not held to it.
+    /// Refuses a plan larger than the memory it must live in, where that is known: a GPU's
+    /// device-local heap, or the machine's memory for a CPU adapter (whose reported heap is
+    /// nominal: lavapipe says 2 GiB and runs more). Past it, a CPU adapter's allocations take
+    /// the machine down with them (a browser's GPU process is killed and the device lost).
     pub fn check_memory(&self, adapter: &crate::gpu::AdapterSummary, context: u32) -> Result<()> {
-        match adapter.memory {
-            _ if adapter.device_type == "Cpu" => Ok(()),
-            Some(memory) if self.total() > memory => Err(EngineError::TooLarge {
+        match adapter.memory_budget() {
+            Some((memory, what)) if self.total() > memory => Err(EngineError::TooLarge {
                 adapter: adapter.name.clone(),
-                what: "its device memory",
-                needed: format!(
-                    "{} in all at context {context} ({self})",
-                    human_bytes(self.total())
-                ),
+                what,
+                needed: format!("{self} at context {context}"),
                 allowed: human_bytes(memory),
             }),
             _ => Ok(()),

@@ -26,6 +26,9 @@ pub struct LoadOptions {
     /// The KV cache's element type, "f16" (the default) or "f32".
     #[ts(type = "'f16' | 'f32'", optional)]
     pub kv_cache: Option<String>,
+    /// What to call the adapter in messages: the browser describes it to the page (vendor,
+    /// architecture), while wgpu gets no name for it.
+    pub adapter_name: Option<String>,
 }
 
 impl LoadOptions {

@@ -165,7 +165,12 @@ pub async fn load_engine(
     // A bad adapter fails now, not after the upload.
     let adapter = lora::read_adapter(lora_config.as_deref(), lora_weights.as_deref(), &file)?;
     drop((lora_config, lora_weights));
-    let gpu = GpuContext::new(&AdapterOptions::default())
+    let adapter_options = AdapterOptions {
+        host_memory: device_memory(),
+        fallback_name: options.adapter_name.clone(),
+        ..AdapterOptions::default()
+    };
+    let gpu = GpuContext::new(&adapter_options)
         .await
         .map_err(WebError::from)?;
 
@@ -427,4 +432,15 @@ fn busy() -> WebError {
 
 fn unloaded() -> WebError {
     WebError::new("unloaded", "the model has been unloaded")
+}
+
+/// The machine's memory as the browser tells it (`navigator.deviceMemory`, in GiB, rounded
+/// down to a power of two; Chromium's window and workers have it, Firefox and Safari do not).
+/// A CPU adapter's buffers live there, and a plan past it kills the browser's GPU process.
+fn device_memory() -> Option<u64> {
+    let navigator = js_sys::Reflect::get(&js_sys::global(), &"navigator".into()).ok()?;
+    let gib = js_sys::Reflect::get(&navigator, &"deviceMemory".into())
+        .ok()?
+        .as_f64()?;
+    (gib.is_finite() && gib > 0.0).then(|| (gib * f64::from(1u32 << 30)) as u64)
 }

@@ -78,6 +78,11 @@ export type LoadOptions = {
    * The KV cache's element type, "f16" (the default) or "f32".
    */
   kv_cache?: 'f16' | 'f32';
+  /**
+   * What to call the adapter in messages: the browser describes it to the page (vendor,
+   * architecture), while wgpu gets no name for it.
+   */
+  adapter_name?: string;
 };
 
 /**

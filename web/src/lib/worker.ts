@@ -23,7 +23,6 @@ import { type ModelReader, blobReader, fileReader } from './readers';
  */
 let ready: Promise<unknown> | undefined;
 let engine: Engine | undefined;
-let adapterInfo: GPUAdapterInfo | undefined;
 let aborted = false;
 let download: AbortController | undefined;
 
@@ -46,7 +45,7 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
   const started = performance.now();
   const progress = (p: Progress) => post({ id, type: 'progress', progress: p });
   await (ready ??= init());
-  const adapter = (adapterInfo = await requireWebGpu());
+  const adapter = await requireWebGpu();
   engine?.unload();
   engine = undefined;
   download = new AbortController();
@@ -79,7 +78,12 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
     engine = await loadEngine(
       reader,
       name,
-      { context: options.context, max_chunk_bytes: options.maxChunkBytes, kv_cache: options.kvCache } satisfies WireLoadOptions,
+      {
+        context: options.context,
+        max_chunk_bytes: options.maxChunkBytes,
+        kv_cache: options.kvCache,
+        adapter_name: [adapter.vendor, adapter.architecture, adapter.description].filter(Boolean).join(' ') || undefined,
+      } satisfies WireLoadOptions,
       (p: UploadProgress) =>
         progress({
           phase: 'upload',
@@ -99,16 +103,7 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
   // Openings computed before (in an earlier visit too) are read instead of evaluated again.
   engine.setPromptStateStore(await openPromptStates());
   progress({ phase: 'ready', fromCache, seconds: (performance.now() - started) / 1e3 });
-  return info(adapter);
-}
-
-/** The engine's info, with the adapter named from the browser's description (wgpu gets no name). */
-function info(adapter?: GPUAdapterInfo): EngineInfo {
-  const i = loaded().info() as EngineInfo;
-  if (!i.adapter.name && adapter) {
-    i.adapter.name = [adapter.vendor, adapter.architecture, adapter.description].filter(Boolean).join(' ') || 'WebGPU adapter';
-  }
-  return i;
+  return loaded().info() as EngineInfo;
 }
 
 /** Puts the adapter on the loaded model, or removes it (null); returns its info. */
@@ -147,7 +142,7 @@ async function handle(m: Exclude<ToWorker, { type: 'abort' | 'destroyDevice' }>)
     case 'complete':
       return loaded().complete(m.request, streamPrompt(m.id), streamText(m.id));
     case 'info':
-      return info(adapterInfo);
+      return loaded().info() as EngineInfo;
     case 'reset':
       return loaded().reset();
     case 'unload':
