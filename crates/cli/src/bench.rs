@@ -546,6 +546,17 @@ pub fn run(
         model.reset();
         let prefill = pollster::block_on(model.profile_step(&prompt[..batch]))?;
         print_profile(&format!("prefill step ({batch} tokens)"), &prefill);
+        // The prompt's last step, where its attention reads every earlier position.
+        let depth = prompt.len() - batch;
+        if depth > batch {
+            model.reset();
+            pollster::block_on(model.prefill(&prompt[..depth], &mut |_| true))?;
+            let last = pollster::block_on(model.profile_step(&prompt[depth..]))?;
+            print_profile(
+                &format!("prefill step ({batch} tokens after {depth})"),
+                &last,
+            );
+        }
         print_profile("decode step (1 token)", &decode);
         if decode.timestamps {
             for (depth, wall) in walls {
