@@ -11,13 +11,18 @@
 #
 # --vectors-only: download and extract the sdist, then stop and print llama.cpp's models/
 # folder, whose ggml-vocab-*.gguf files with .inp/.out are the tokenizer test vectors.
+# --vulkan: llama.cpp's Vulkan backend instead (glslc and the Vulkan headers from apt), in
+# $OUT/build-vulkan, for llama-bench only: the same adapter lilypad runs on (lavapipe without
+# a GPU; GGML_VK_VISIBLE_DEVICES=0 makes it take a CPU device). Its shaders take a while.
 set -euo pipefail
 
 VECTORS_ONLY=0
+VULKAN=0
 case "${1:-}" in
   "") ;;
   --vectors-only) VECTORS_ONLY=1 ;;
-  *) echo "usage: $0 [--vectors-only]" >&2; exit 2 ;;
+  --vulkan) VULKAN=1 ;;
+  *) echo "usage: $0 [--vectors-only | --vulkan]" >&2; exit 2 ;;
 esac
 
 VERSION="0.3.36"
@@ -80,11 +85,43 @@ if ! command -v cmake >/dev/null; then
 fi
 
 # 4. Configure and build. The stamp holds the configuration, so a changed one reconfigures.
+GGML_VULKAN=OFF
+if [[ "$VULKAN" == 1 ]]; then
+  missing=()
+  command -v glslc >/dev/null || missing+=(glslc)
+  [[ -f /usr/include/vulkan/vulkan.hpp ]] || missing+=(libvulkan-dev)
+  if (( ${#missing[@]} )); then
+    [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null ||
+      { log "needs ${missing[*]} (apt)"; exit 1; }
+    log "installing ${missing[*]} with apt-get"
+    { apt-get update -qq && apt-get install -y -qq "${missing[@]}"; } >&2
+  fi
+  GGML_VULKAN=ON
+  BUILD="$OUT/build-vulkan"
+  TARGETS=(llama llama-bench)
+  # Debian 12's Vulkan headers (1.3.239) predate VK_EXT_layer_settings, which llama.cpp uses
+  # only to configure the validation layer (GGML_VULKAN_VALIDATE): that block is compiled
+  # out for older headers. Nothing else changes.
+  python3 - "$SRC/vendor/llama.cpp/ggml/src/ggml-vulkan/ggml-vulkan.cpp" <<'PY'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+start = "    VkBool32 enable_best_practice = layer_settings;\n"
+end = "&layer_setting_info);\n"
+if "LILYPAD_OLD_HEADERS" not in src:
+    a = src.index(start)
+    b = src.index(end, a) + len(end)
+    src = (src[:a] + "#if VK_HEADER_VERSION >= 261 // LILYPAD_OLD_HEADERS\n" + src[a:b]
+           + "#else\n    vk::InstanceCreateInfo instance_create_info(vk::InstanceCreateFlags{}, &app_info, layers, extensions);\n#endif\n"
+           + src[b:])
+    open(path, "w").write(src)
+PY
+fi
 CMAKE_ARGS=(
   -DCMAKE_BUILD_TYPE=Release
   -DBUILD_SHARED_LIBS=ON
   -DGGML_NATIVE=ON          # tuned to this CPU: the benchmark is meant for the local machine
-  -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF
+  -DGGML_CUDA=OFF -DGGML_VULKAN=$GGML_VULKAN -DGGML_METAL=OFF
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF
   -DLLAMA_USE_PREBUILT_UI=OFF  # would download at configure time

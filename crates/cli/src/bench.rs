@@ -148,6 +148,8 @@ struct Report {
     adapter: String,
     model: String,
     copy_gbs: f64,
+    /// One small dispatch alone, in µs: the floor under every kernel of a step.
+    dispatch_us: f64,
     matvec: Vec<MatvecRow>,
     prefill_tokens: usize,
     prefill_tokens_per_s: f64,
@@ -161,6 +163,10 @@ struct Report {
     /// lilypad over llama.cpp, both measured in this run.
     prefill_vs_llama_cpp: Option<f64>,
     decode_vs_llama_cpp: Option<f64>,
+    /// llama.cpp's Vulkan backend, and lilypad over it.
+    llama_cpp_vulkan: Option<LlamaCpp>,
+    prefill_vs_llama_cpp_vulkan: Option<f64>,
+    decode_vs_llama_cpp_vulkan: Option<f64>,
 }
 
 /// llama.cpp's `llama-bench` on the same file, in the same run.
@@ -177,6 +183,8 @@ pub struct LlamaCpp {
     decode_tokens_per_s: f64,
     /// Whether llama.cpp's extra CPU buffer types (AMX, repacked weights) were on.
     repack: bool,
+    /// The device a GPU backend ran on, as llama.cpp names it (empty on the CPU backend).
+    gpu_info: String,
 }
 
 /// What `bench` measures, against what, and where it writes.
@@ -188,33 +196,59 @@ pub struct Options {
     /// The model as given (`--llama-bench` needs a local file).
     pub model_path: String,
     pub llama_bench: Option<PathBuf>,
+    /// llama.cpp's Vulkan build, run with every layer on the GPU (the same adapter as lilypad's
+    /// where there is one Vulkan device, or a CPU one: lavapipe).
+    pub llama_bench_vulkan: Option<PathBuf>,
     pub json: Option<PathBuf>,
 }
 
 impl Options {
     /// What `--llama-bench` needs, checked before minutes of measuring rather than after.
     fn check(&self) -> Result<()> {
-        if let Some(bin) = &self.llama_bench {
+        let runs = [
+            ("--llama-bench", &self.llama_bench),
+            ("--llama-bench-vulkan", &self.llama_bench_vulkan),
+        ];
+        for (flag, bin) in runs {
+            let Some(bin) = bin else { continue };
             if !Path::new(&self.model_path).is_file() {
                 bail!(
-                    "--llama-bench needs the model as a local GGUF file (got {})",
+                    "{flag} needs the model as a local GGUF file (got {})",
                     self.model_path
                 );
             }
             if !bin.is_file() {
-                bail!("--llama-bench: no llama-bench at {}", bin.display());
+                bail!("{flag}: no llama-bench at {}", bin.display());
             }
         }
         Ok(())
     }
 }
 
-/// Runs `llama-bench` (CPU, all cores) on `model` with the same prompt and generation lengths,
+/// Which of llama.cpp's backends a `llama-bench` build runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LlamaBackend {
+    Cpu,
+    /// Every layer offloaded. `cpu_device`: lilypad runs on a CPU adapter, which llama.cpp's
+    /// Vulkan backend skips unless told to take device 0 (GGML_VK_VISIBLE_DEVICES).
+    Vulkan {
+        cpu_device: bool,
+    },
+}
+
+/// Runs `llama-bench` (all cores) on `model` with the same prompt and generation lengths,
 /// three repetitions, and reads its JSON.
-fn llama_bench(bin: &Path, model: &str, prompt: usize, gen_tokens: usize) -> Result<LlamaCpp> {
+fn llama_bench(
+    bin: &Path,
+    backend: LlamaBackend,
+    model: &str,
+    prompt: usize,
+    gen_tokens: usize,
+) -> Result<LlamaCpp> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = |args: &[&str], repack: bool| {
-        Command::new(bin)
+        let mut command = Command::new(bin);
+        command
             .args(["-m", model, "-o", "json", "-r", "3"])
             .args(["-t", &threads.to_string()])
             .args(args)
@@ -222,7 +256,14 @@ fn llama_bench(bin: &Path, model: &str, prompt: usize, gen_tokens: usize) -> Res
                 &[][..]
             } else {
                 &["--repack", "0"][..]
-            })
+            });
+        if let LlamaBackend::Vulkan { cpu_device } = backend {
+            command.args(["-ngl", "99"]);
+            if cpu_device && std::env::var_os("GGML_VK_VISIBLE_DEVICES").is_none() {
+                command.env("GGML_VK_VISIBLE_DEVICES", "0");
+            }
+        }
+        command
             .output()
             .with_context(|| format!("could not run llama-bench at {}", bin.display()))
     };
@@ -234,7 +275,11 @@ fn llama_bench(bin: &Path, model: &str, prompt: usize, gen_tokens: usize) -> Res
     let mut outputs = Vec::new();
     for args in tests {
         let mut out = run(args, repack)?;
-        if !out.status.success() && out.status.code().is_none() && repack {
+        if !out.status.success()
+            && out.status.code().is_none()
+            && repack
+            && backend == LlamaBackend::Cpu
+        {
             // Killed by a signal: on some VMs the CPU reports AMX but the kernel does not let
             // a process use it, and llama.cpp's AMX buffer type crashes. Its extra buffer
             // types (AMX, repacked weights) off, the plain CPU kernels run.
@@ -268,6 +313,8 @@ fn parse_llama_bench(outputs: &[&[u8]]) -> Result<LlamaCpp> {
         #[serde(default)]
         n_depth: usize,
         avg_ts: f64,
+        #[serde(default)]
+        gpu_info: String,
     }
     let mut tests: Vec<Test> = Vec::new();
     for json in outputs {
@@ -303,6 +350,7 @@ fn parse_llama_bench(outputs: &[&[u8]]) -> Result<LlamaCpp> {
         decode_after: tg.n_depth,
         decode_tokens_per_s: tg.avg_ts,
         repack: true,
+        gpu_info: pp.gpu_info.clone(),
     })
 }
 
@@ -358,6 +406,17 @@ pub fn run(
         "copy kernel: {:.2} GB/s (read + write of {} MiB; timed again before each matrix)",
         report.copy_gbs,
         bytes >> 20
+    );
+    // What a dispatch costs by itself: one workgroup copying 4 KiB, many times in one pass.
+    const TINY: usize = 20;
+    let tiny = (0..TINY)
+        .map(|_| ops::copy::copy(&ctx, &copy_src, &dst, 256))
+        .collect::<lilypad_engine::Result<Vec<_>>>()?;
+    report.dispatch_us = time(&ctx, &tiny, 1)? / TINY as f64 * 1e6;
+    println!(
+        "dispatch: {:.1} µs each (one workgroup copying 4 KiB, {} in one pass)",
+        report.dispatch_us,
+        TINY * REPS
     );
     println!(
         "decode: 1 token; prefill: {batch} tokens in tiles of {}, time per token, weight bytes once per tile",
@@ -510,13 +569,28 @@ pub fn run(
     model.set_decode_depth(default_depth)?;
     println!("GPU memory: {} at context {}", model.plan, model.context);
     report.gpu_memory_bytes = model.plan.total();
-    if let Some(bin) = &options.llama_bench {
-        let l = llama_bench(bin, &options.model_path, prefilled, gen_tokens)?;
+    let runs = [
+        (&options.llama_bench, LlamaBackend::Cpu),
+        (
+            &options.llama_bench_vulkan,
+            LlamaBackend::Vulkan {
+                cpu_device: ctx.adapter.device_type == "Cpu",
+            },
+        ),
+    ];
+    for (bin, backend) in runs {
+        let Some(bin) = bin else { continue };
+        let l = llama_bench(bin, backend, &options.model_path, prefilled, gen_tokens)?;
         let ours = report.decode.iter().find(|d| d.depth == default_depth);
         let decode_ratio = ours.map(|d| d.tokens_per_s / l.decode_tokens_per_s);
         let prefill_ratio = report.prefill_tokens_per_s / l.prefill_tokens_per_s;
+        let device = if l.gpu_info.is_empty() {
+            String::new()
+        } else {
+            format!(" on {}", l.gpu_info)
+        };
         println!(
-            "llama.cpp {} ({}, {} threads{}), same file: prefill {} tokens {:.1} tok/s, decode {} tokens after {} {:.1} tok/s",
+            "llama.cpp {} ({}{device}, {} threads{}), same file: prefill {} tokens {:.1} tok/s, decode {} tokens after {} {:.1} tok/s",
             l.build_commit,
             l.backends,
             l.threads,
@@ -532,12 +606,19 @@ pub fn run(
             l.decode_tokens_per_s
         );
         println!(
-            "lilypad / llama.cpp: prefill {prefill_ratio:.2}x, decode {}x (depth {default_depth})",
+            "lilypad / llama.cpp {}: prefill {prefill_ratio:.2}x, decode {}x (depth {default_depth})",
+            l.backends,
             decode_ratio.map_or("–".into(), |r| format!("{r:.2}"))
         );
-        report.prefill_vs_llama_cpp = Some(prefill_ratio);
-        report.decode_vs_llama_cpp = decode_ratio;
-        report.llama_cpp = Some(l);
+        if backend == LlamaBackend::Cpu {
+            report.prefill_vs_llama_cpp = Some(prefill_ratio);
+            report.decode_vs_llama_cpp = decode_ratio;
+            report.llama_cpp = Some(l);
+        } else {
+            report.prefill_vs_llama_cpp_vulkan = Some(prefill_ratio);
+            report.decode_vs_llama_cpp_vulkan = decode_ratio;
+            report.llama_cpp_vulkan = Some(l);
+        }
     }
     if options.profile {
         // A decode step where the last generation ended, then a prefill step from the start.
@@ -558,6 +639,12 @@ pub fn run(
             );
         }
         print_profile("decode step (1 token)", &decode);
+        let dispatches = decode.dispatches();
+        println!(
+            "decode step: {dispatches} dispatches, {:.1} ms of them at {:.1} µs each before any work",
+            dispatches as f64 * report.dispatch_us / 1e3,
+            report.dispatch_us
+        );
         if decode.timestamps {
             for (depth, wall) in walls {
                 println!(
@@ -676,6 +763,7 @@ mod tests {
         );
         assert_eq!(l.prefill_tokens_per_s, 5.454795);
         assert_eq!(l.decode_tokens_per_s, 2.047708);
+        assert_eq!(l.gpu_info, "", "the CPU backend names no GPU");
     }
 
     #[test]

@@ -88,6 +88,11 @@ enum Command {
         /// (scripts/llama-cpp/build.sh builds it).
         #[arg(long, value_name = "PATH")]
         llama_bench: Option<std::path::PathBuf>,
+        /// Also run llama.cpp's Vulkan build (this llama-bench) with every layer on the GPU,
+        /// on lilypad's adapter where it is a CPU one (lavapipe), and print the same ratios
+        /// (scripts/llama-cpp/build.sh --vulkan builds it).
+        #[arg(long, value_name = "PATH")]
+        llama_bench_vulkan: Option<std::path::PathBuf>,
         /// Write every figure of the run to this file as JSON.
         #[arg(long, value_name = "FILE")]
         json: Option<std::path::PathBuf>,
@@ -137,12 +142,13 @@ fn run(cli: Cli) -> Result<()> {
             profile,
             batch,
             llama_bench,
+            llama_bench_vulkan,
             json,
         } => {
             if !batch.is_empty() {
-                if llama_bench.is_some() || json.is_some() {
+                if llama_bench.is_some() || llama_bench_vulkan.is_some() || json.is_some() {
                     bail!(
-                        "--llama-bench and --json go with the whole-model benchmark, not --batch"
+                        "--llama-bench, --llama-bench-vulkan and --json go with the whole-model benchmark, not --batch"
                     );
                 }
                 let max = ModelOptions::default().max_batch;
@@ -165,6 +171,7 @@ fn run(cli: Cli) -> Result<()> {
                     profile,
                     model_path: model.model.clone(),
                     llama_bench,
+                    llama_bench_vulkan,
                     json,
                 },
             )

@@ -31,6 +31,11 @@ impl KernelTimes {
         self.kernels.values().map(|k| k.0).sum()
     }
 
+    /// How many dispatches were timed.
+    pub fn dispatches(&self) -> u32 {
+        self.kernels.values().map(|k| k.1).sum()
+    }
+
     /// (label, seconds, dispatches), slowest first.
     pub fn slowest_first(&self) -> Vec<(&'static str, f64, u32)> {
         let mut v: Vec<_> = self.kernels.iter().map(|(k, t)| (*k, t.0, t.1)).collect();
