@@ -120,17 +120,17 @@ fn device_local_memory(adapter: &wgpu::Adapter) -> Option<u64> {
         .max()
 }
 
+#[cfg(not(any(target_os = "linux", target_os = "windows")))]
+fn device_local_memory(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
+}
+
 /// The machine's memory (MemTotal); None where /proc/meminfo is not (wasm, other systems).
 fn system_memory() -> Option<u64> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
-}
-
-#[cfg(not(any(target_os = "linux", target_os = "windows")))]
-fn device_local_memory(_adapter: &wgpu::Adapter) -> Option<u64> {
-    None
 }
 
 pub struct GpuContext {
@@ -155,7 +155,9 @@ impl GpuContext {
         let adapter = pick_adapter(&instance, opts).await?;
         let mut info = adapter.get_info();
         if info.name.is_empty() {
-            info.name = (opts.fallback_name.clone())
+            info.name = opts
+                .fallback_name
+                .clone()
                 .unwrap_or_else(|| format!("{:?} adapter", info.backend));
         }
         let adapter_limits = adapter.limits();
