@@ -679,6 +679,7 @@ pub fn run_batch(
     sizes: &[u32],
     prompt_tokens: usize,
     gen_tokens: usize,
+    profile: bool,
 ) -> Result<()> {
     let ctx = model.gpu().clone();
     println!("adapter: {}", ctx.adapter);
@@ -714,7 +715,7 @@ pub fn run_batch(
         let mut next: Vec<u32> = vec![prompt[prompt.len() - 1]; b as usize];
         let histories: Vec<Vec<u32>> = vec![prompt.clone(); b as usize];
         // One untimed step (pipelines, first-use costs), then the timed ones.
-        let mut step = |next: &mut Vec<u32>| -> Result<()> {
+        let step = |model: &mut Model, next: &mut Vec<u32>| -> Result<()> {
             let items: Vec<BatchToken> = (0..b)
                 .map(|s| BatchToken {
                     seq: s,
@@ -727,10 +728,10 @@ pub fn run_batch(
             *next = pollster::block_on(model.sample_batch(&items))?;
             Ok(())
         };
-        step(&mut next)?;
+        step(model, &mut next)?;
         let t = Instant::now();
         for _ in 0..gen_tokens {
-            step(&mut next)?;
+            step(model, &mut next)?;
         }
         let secs = t.elapsed().as_secs_f64();
         let tps = (b as usize * gen_tokens) as f64 / secs;
@@ -740,6 +741,14 @@ pub fn run_batch(
             secs * 1e3 / gen_tokens as f64,
             tps / b as f64
         );
+        if profile {
+            // One more step, each kernel timed (the samplers are not).
+            model.profile_kernels(true);
+            step(model, &mut next)?;
+            let times = model.take_kernel_times().unwrap_or_default();
+            model.profile_kernels(false);
+            print_profile(&format!("step of {b} sequences"), &times);
+        }
     }
     Ok(())
 }

@@ -76,7 +76,8 @@ enum Command {
         prompt_tokens: usize,
         #[arg(long, default_value_t = 32)]
         gen_tokens: usize,
-        /// Also time each kernel of one prefill step and one decode step on its own.
+        /// Also time each kernel of one prefill step and one decode step on its own (with
+        /// --batch, of one step of each batch size).
         #[arg(long)]
         profile: bool,
         /// Only batched decode: total tokens/s with each of these numbers of sequences
@@ -157,7 +158,14 @@ fn run(cli: Cli) -> Result<()> {
                 }
                 let sequences = batch.iter().copied().max().unwrap_or(1);
                 let mut lm = Loaded::open_with_progress(&model, sequences, &mut |_| {})?;
-                return bench::run_batch(&mut lm.model, &lm.tok, &batch, prompt_tokens, gen_tokens);
+                return bench::run_batch(
+                    &mut lm.model,
+                    &lm.tok,
+                    &batch,
+                    prompt_tokens,
+                    gen_tokens,
+                    profile,
+                );
             }
             let mut lm = Loaded::open(&model)?;
             bench::run(

@@ -486,11 +486,16 @@ impl Model {
                 self.clear_recurrent_state(encoder, seq);
             }
         }
-        Ok(if tokens.len() == 1 {
+        Ok(self.batch_step_graph(tokens.len()))
+    }
+
+    /// The graph a batched step of `rows` tokens runs: decode's for one, else the batch's.
+    fn batch_step_graph(&self, rows: usize) -> &[Dispatch] {
+        if rows == 1 {
             &self.decode_graph
         } else {
             &self.batch_graph
-        })
+        }
     }
 
     /// Evaluates one token each of several sequences (`(seq, token)`, every seq distinct) in
@@ -524,12 +529,24 @@ impl Model {
         let tokens: Vec<(u32, u32)> = items.iter().map(|it| (it.seq, it.token)).collect();
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let graph = self.begin_batch(&mut encoder, &tokens)?;
-        self.encode_graph(
-            &mut encoder,
-            graph,
-            tokens.len() as u32,
-            batch_head(tokens.len()),
-        );
+        let profiled = cfg!(not(target_arch = "wasm32")) && self.kernel_times.is_some();
+        if !profiled {
+            self.encode_graph(
+                &mut encoder,
+                graph,
+                tokens.len() as u32,
+                batch_head(tokens.len()),
+            );
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if profiled {
+            // The step and its head run timed (and waited for), the samplers after.
+            let mut times = self.kernel_times.take().unwrap_or_default();
+            let result = self.run_batch_timed(encoder, &tokens, &mut times).await;
+            self.kernel_times = Some(times);
+            result?;
+            encoder = self.ctx.device.create_command_encoder(&Default::default());
+        }
         for (row, it) in items.iter().enumerate() {
             // Sampler i reads logits row i; slots are at most max_batch, so one per row.
             let sampler = &self.samplers[row];
@@ -556,6 +573,36 @@ impl Model {
             return Err(EngineError::Sampling(format!("the sampler returned {id}")));
         }
         Ok(ids)
+    }
+
+    /// [`Model::encode_graph`] for a batched step, each kernel timed into `times`: the graph,
+    /// then the head over every row (or, for one row, over the last).
+    #[cfg(not(target_arch = "wasm32"))]
+    async fn run_batch_timed(
+        &self,
+        encoder: wgpu::CommandEncoder,
+        tokens: &[(u32, u32)],
+        times: &mut KernelTimes,
+    ) -> Result<()> {
+        let n = tokens.len() as u32;
+        let graph = self.batch_step_graph(tokens.len());
+        let mut steps: Vec<(&Dispatch, u32)> = graph.iter().map(|d| (d, n)).collect();
+        if batch_head(tokens.len()) == Logits::All {
+            steps.extend(self.head_all.iter().map(|d| (d, n)));
+            return crate::profile::run_timed(&self.ctx, encoder, &steps, times).await;
+        }
+        crate::profile::run_timed(&self.ctx, encoder, &steps, times).await?;
+        let row = self.config.n_embd() as u64 * 4;
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(
+            &self.store.hidden.buffer,
+            (n as u64 - 1) * row,
+            &self.io.x_last,
+            0,
+            row,
+        );
+        let head: Vec<(&Dispatch, u32)> = self.head_last.iter().map(|d| (d, 1)).collect();
+        crate::profile::run_timed(&self.ctx, encoder, &head, times).await
     }
 
     /// Every linear a LoRA adapter can target: (GGUF weight name, outputs, inputs), in the
@@ -1119,8 +1166,9 @@ impl Model {
     }
 
     /// Starts (or, with false, stops) timing every kernel the training passes run
-    /// (`forward_for_training`, `training_log_probs`, `lora_backward`, recomputed layers):
-    /// each of their graphs then waits for the device, so they run slower. Native only.
+    /// (`forward_for_training`, `training_log_probs`, `lora_backward`, recomputed layers) and
+    /// batched steps (`sample_batch`, its samplers excepted): each of their graphs then waits
+    /// for the device, so they run slower. Native only.
     pub fn profile_kernels(&mut self, on: bool) {
         self.kernel_times = on.then(KernelTimes::default);
     }
