@@ -592,6 +592,12 @@ impl Model {
             return crate::profile::run_timed(&self.ctx, encoder, &steps, times).await;
         }
         crate::profile::run_timed(&self.ctx, encoder, &steps, times).await?;
+        self.time_head_last(n, times).await
+    }
+
+    /// Times the head over the last of `n` rows, as `encode_graph` runs it for one.
+    #[cfg(not(target_arch = "wasm32"))]
+    async fn time_head_last(&self, n: u32, times: &mut KernelTimes) -> Result<()> {
         let row = self.config.n_embd() as u64 * 4;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(
@@ -1219,17 +1225,7 @@ impl Model {
         let mut times = KernelTimes::default();
         crate::profile::run_timed(&self.ctx, encoder, &steps, &mut times).await?;
         // The head runs on one row (the last token's), as in `eval`.
-        let row = self.config.n_embd() as u64 * 4;
-        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(
-            &self.store.hidden.buffer,
-            (n as u64 - 1) * row,
-            &self.io.x_last,
-            0,
-            row,
-        );
-        let head: Vec<(&Dispatch, u32)> = self.head_last.iter().map(|d| (d, 1)).collect();
-        crate::profile::run_timed(&self.ctx, encoder, &head, &mut times).await?;
+        self.time_head_last(n, &mut times).await?;
         self.seqs[0].extend_from_slice(tokens);
         Ok(times)
     }
