@@ -542,7 +542,11 @@ impl Model {
         if profiled {
             // The step and its head run timed (and waited for), the samplers after.
             let mut times = self.kernel_times.take().unwrap_or_default();
-            let result = self.run_batch_timed(encoder, &tokens, &mut times).await;
+            let n = tokens.len();
+            let graph = self.batch_step_graph(n);
+            let result = self
+                .time_graph(encoder, graph, n as u32, batch_head(n), &mut times)
+                .await;
             self.kernel_times = Some(times);
             result?;
             encoder = self.ctx.device.create_command_encoder(&Default::default());
@@ -575,29 +579,25 @@ impl Model {
         Ok(ids)
     }
 
-    /// [`Model::encode_graph`] for a batched step, each kernel timed into `times`: the graph,
-    /// then the head over every row (or, for one row, over the last).
+    /// What [`Model::encode_graph`] records, run now with each kernel timed into `times`: the
+    /// graph over `n` rows, then the head over every row or over the last, as `want` says.
     #[cfg(not(target_arch = "wasm32"))]
-    async fn run_batch_timed(
+    async fn time_graph(
         &self,
         encoder: wgpu::CommandEncoder,
-        tokens: &[(u32, u32)],
+        graph: &[Dispatch],
+        n: u32,
+        want: Logits,
         times: &mut KernelTimes,
     ) -> Result<()> {
-        let n = tokens.len() as u32;
-        let graph = self.batch_step_graph(tokens.len());
         let mut steps: Vec<(&Dispatch, u32)> = graph.iter().map(|d| (d, n)).collect();
-        if batch_head(tokens.len()) == Logits::All {
+        if want == Logits::All {
             steps.extend(self.head_all.iter().map(|d| (d, n)));
-            return crate::profile::run_timed(&self.ctx, encoder, &steps, times).await;
         }
         crate::profile::run_timed(&self.ctx, encoder, &steps, times).await?;
-        self.time_head_last(n, times).await
-    }
-
-    /// Times the head over the last of `n` rows, as `encode_graph` runs it for one.
-    #[cfg(not(target_arch = "wasm32"))]
-    async fn time_head_last(&self, n: u32, times: &mut KernelTimes) -> Result<()> {
+        if want != Logits::Last {
+            return Ok(());
+        }
         let row = self.config.n_embd() as u64 * 4;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         encoder.copy_buffer_to_buffer(
@@ -1221,11 +1221,10 @@ impl Model {
         let n = tokens.len() as u32;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let graph = self.begin_step(&mut encoder, 0, tokens);
-        let steps: Vec<(&Dispatch, u32)> = graph.iter().map(|d| (d, n)).collect();
         let mut times = KernelTimes::default();
-        crate::profile::run_timed(&self.ctx, encoder, &steps, &mut times).await?;
         // The head runs on one row (the last token's), as in `eval`.
-        self.time_head_last(n, &mut times).await?;
+        self.time_graph(encoder, graph, n, Logits::Last, &mut times)
+            .await?;
         self.seqs[0].extend_from_slice(tokens);
         Ok(times)
     }
