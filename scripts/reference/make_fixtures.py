@@ -516,7 +516,12 @@ def check_layout(out: pathlib.Path, spec: dict) -> list[str]:
 # Independent float64 forward pass straight from the GGUF tensors (checks the layout notes)
 
 
-def numpy_forward(path: pathlib.Path, seq: list[int]):
+def numpy_forward(path: pathlib.Path, seq: list[int], mtp_next: list[int] | None = None):
+    """Logits and residual streams of `seq`; with `mtp_next` (the token after each of `seq`),
+    also the multi-token-prediction layer's logits for each position, as llama.cpp's qwen35
+    draft graph computes them: [rms(embd[next]) · enorm, rms(h) · hnorm] through eh_proj, one
+    gated-attention decoder layer, its shared_head_norm (else output_norm), the LM head; h is
+    the main model's last hidden state after output_norm."""
     import numpy as np
 
     gguf = gguf_module()
@@ -532,6 +537,7 @@ def numpy_forward(path: pathlib.Path, seq: list[int]):
     arch = meta["general.architecture"]
     K = lambda k: meta[f"{arch}.{k}"]  # noqa: E731
     n_layer, n_head, n_kv = K("block_count"), K("attention.head_count"), K("attention.head_count_kv")
+    n_layer -= meta.get(f"{arch}.nextn_predict_layers", 0)  # MTP blocks come after the main ones
     hd = K("attention.key_length")
     eps = K("attention.layer_norm_rms_epsilon")
     base = K("rope.freq_base")
@@ -623,7 +629,19 @@ def numpy_forward(path: pathlib.Path, seq: list[int]):
         h = h + ((a / (1.0 + np.exp(-a))) * (xn @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
         hidden.append(h)
     out_w = W.get("output.weight", W["token_embd.weight"])
-    return rms(h, W["output_norm.weight"]) @ out_w.T, np.stack(hidden)
+    normed = rms(h, W["output_norm.weight"])
+    if mtp_next is None:
+        return normed @ out_w.T, np.stack(hidden)
+    p = f"blk.{n_layer}."
+    e = rms(W["token_embd.weight"][mtp_next], W[p + "nextn.enorm.weight"])
+    x = np.concatenate([e, rms(normed, W[p + "nextn.hnorm.weight"])], axis=-1)
+    x = x @ W[p + "nextn.eh_proj.weight"].T
+    x = x + attention(rms(x, W[p + "attn_norm.weight"]), n_layer, gated=True)
+    xn = rms(x, W[p + "post_attention_norm.weight"])
+    a = xn @ W[p + "ffn_gate.weight"].T
+    x = x + ((a / (1.0 + np.exp(-a))) * (xn @ W[p + "ffn_up.weight"].T)) @ W[p + "ffn_down.weight"].T
+    head_norm = W.get(p + "nextn.shared_head_norm.weight", W["output_norm.weight"])
+    return normed @ out_w.T, np.stack(hidden), rms(x, head_norm) @ out_w.T
 
 
 def numpy_greedy(path: pathlib.Path, prompt: list[int]) -> list[int]:

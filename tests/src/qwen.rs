@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 
 use lilypad_engine::{DType, Model, ModelOptions};
-use lilypad_gguf::{ByteSource, GgufFile, MmapSource};
+use lilypad_gguf::{ByteSource, GgmlType, GgufFile, MmapSource, Value};
 use serde::Deserialize;
 
-use crate::{gpu, repo_root};
+use crate::{copy_gguf, gpu, repo_root};
 
 /// Allowed error per position: max |Δ| / max(1, max |reference|). Three independent
 /// implementations agree with the fixtures to ~4e-5; f32 kernels stay well under this.
@@ -146,4 +146,81 @@ impl Fixture {
         eprintln!("{what}: max |Δ| {worst_abs:.3e}, relative {worst:.3e}");
         (worst_abs, worst)
     }
+}
+
+/// The fixture plus one multi-token-prediction layer (random weights, as llama.cpp's
+/// converter lays one out): `block_count` 7 with `nextn_predict_layers` 1.
+pub fn with_mtp_layer(f: &Fixture, drop: Option<&str>) -> Vec<u8> {
+    mtp_layer(f, drop, &|_, _| None)
+}
+
+/// The fixture plus an MTP layer that echoes: its decoder layer adds nothing (zero output
+/// projections) and `eh_proj` passes the next token's normed embedding through, so with the
+/// tied LM head it drafts the token it was given again — right whenever the model repeats one.
+pub fn with_echo_mtp_layer(f: &Fixture) -> Vec<u8> {
+    mtp_layer(f, None, &|name, n| {
+        let v = match name {
+            "blk.6.attn_output.weight" | "blk.6.ffn_down.weight" => vec![0.0; n],
+            "blk.6.nextn.eh_proj.weight" => (0..n)
+                .map(|i| ((i % 128) == i / 128) as u8 as f32)
+                .collect(),
+            "blk.6.nextn.enorm.weight" | "blk.6.nextn.shared_head_norm.weight" => vec![1.0; n],
+            _ => return None,
+        };
+        Some(v)
+    })
+}
+
+/// [`with_mtp_layer`] with the values `fill` gives (name, count) in place of random ones.
+fn mtp_layer(
+    f: &Fixture,
+    drop: Option<&str>,
+    fill: &dyn Fn(&str, usize) -> Option<Vec<f32>>,
+) -> Vec<u8> {
+    let mut w = copy_gguf(&f.file, &f.src, &|_| false);
+    w.metadata("qwen35.block_count", Value::U32(7));
+    w.metadata("qwen35.nextn_predict_layers", Value::U32(1));
+    let mut flags = f
+        .file
+        .metadata
+        .bool_array("qwen35.attention.recurrent_layers")
+        .unwrap();
+    flags.push(false);
+    w.metadata(
+        "qwen35.attention.recurrent_layers",
+        Value::Array(flags.into_iter().map(Value::Bool).collect()),
+    );
+    // The MTP block: a gated-attention layer like blk.2 plus the nextn projections.
+    let mut seed = 7u32;
+    let mut random = |n: u64| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((seed >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
+            })
+            .collect()
+    };
+    let mut add = |name: String, dims: &[u64]| {
+        if Some(name.as_str()) != drop {
+            let n: u64 = dims.iter().product();
+            let bytes = match fill(&name, n as usize) {
+                Some(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                None => random(n),
+            };
+            w.tensor(&name, dims, GgmlType::F32, bytes).unwrap();
+        }
+    };
+    for t in f
+        .file
+        .tensors
+        .iter()
+        .filter(|t| t.name.starts_with("blk.2."))
+    {
+        add(t.name.replacen("blk.2.", "blk.6.", 1), &t.dims);
+    }
+    add("blk.6.nextn.eh_proj.weight".into(), &[128, 64]);
+    add("blk.6.nextn.enorm.weight".into(), &[64]);
+    add("blk.6.nextn.hnorm.weight".into(), &[64]);
+    add("blk.6.nextn.shared_head_norm.weight".into(), &[64]);
+    w.to_bytes()
 }

@@ -6,7 +6,7 @@
 //! The Q8_0 GGUF must reproduce a float64 pass over its dequantized weights.
 
 use lilypad_engine::{
-    DType, EngineError, Logits, Model, ModelConfig, ModelOptions, SamplingParams,
+    DType, Draft, EngineError, Logits, Model, ModelConfig, ModelOptions, SamplingParams,
 };
 use lilypad_gguf::{GgmlType, GgufFile, Value};
 use lilypad_tests::copy_gguf;
@@ -201,59 +201,12 @@ fn gguf_tokenizer_matches_transformers() {
     );
 }
 
-/// The fixture plus one multi-token-prediction layer (random weights, as llama.cpp's
-/// converter lays one out): `block_count` 7 with `nextn_predict_layers` 1.
-fn with_mtp_layer(f: &Fixture, drop: Option<&str>) -> Vec<u8> {
-    let mut w = copy_gguf(&f.file, &f.src, &|_| false);
-    w.metadata("qwen35.block_count", Value::U32(7));
-    w.metadata("qwen35.nextn_predict_layers", Value::U32(1));
-    let mut flags = f
-        .file
-        .metadata
-        .bool_array("qwen35.attention.recurrent_layers")
-        .unwrap();
-    flags.push(false);
-    w.metadata(
-        "qwen35.attention.recurrent_layers",
-        Value::Array(flags.into_iter().map(Value::Bool).collect()),
-    );
-    // The MTP block: a gated-attention layer like blk.2 plus the nextn projections.
-    let mut seed = 7u32;
-    let mut random = |n: u64| -> Vec<u8> {
-        (0..n)
-            .flat_map(|_| {
-                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                ((seed >> 8) as f32 / (1 << 24) as f32 - 0.5).to_le_bytes()
-            })
-            .collect()
-    };
-    let mut add = |name: String, dims: &[u64]| {
-        if Some(name.as_str()) != drop {
-            let n = dims.iter().product();
-            w.tensor(&name, dims, GgmlType::F32, random(n)).unwrap();
-        }
-    };
-    for t in f
-        .file
-        .tensors
-        .iter()
-        .filter(|t| t.name.starts_with("blk.2."))
-    {
-        add(t.name.replacen("blk.2.", "blk.6.", 1), &t.dims);
-    }
-    add("blk.6.nextn.eh_proj.weight".into(), &[128, 64]);
-    add("blk.6.nextn.enorm.weight".into(), &[64]);
-    add("blk.6.nextn.hnorm.weight".into(), &[64]);
-    add("blk.6.nextn.shared_head_norm.weight".into(), &[64]);
-    w.to_bytes()
-}
-
 /// The MTP layer is read, checked and (on request) uploaded; the main model's logits are
 /// unchanged by it.
 #[test]
 fn multi_token_prediction_layer_loads() {
     let f = fixture();
-    let bytes = with_mtp_layer(&f, None);
+    let bytes = qwen::with_mtp_layer(&f, None);
     let file = GgufFile::read(&bytes).unwrap();
     let cfg = ModelConfig::from_gguf(&file).unwrap();
     let ModelConfig::Qwen35(c) = &cfg else {
@@ -281,7 +234,7 @@ fn multi_token_prediction_layer_loads() {
     }
 
     // A broken MTP layer is refused even when it would not be uploaded.
-    let bytes = with_mtp_layer(&f, Some("blk.6.nextn.eh_proj.weight"));
+    let bytes = qwen::with_mtp_layer(&f, Some("blk.6.nextn.eh_proj.weight"));
     let file = GgufFile::read(&bytes).unwrap();
     let Some(ctx) = lilypad_tests::gpu() else {
         return;
@@ -403,5 +356,79 @@ fn safetensors_checkpoint_matches_transformers() {
                 assert!(worst < 0.1, "F16: max |Δ| {worst}");
             }
         }
+    }
+}
+
+/// Writes the fixture with its random MTP layer (`qwen::with_mtp_layer`) to
+/// `$LILYPAD_MTP_GGUF`: the input of scripts/reference/make_mtp_fixture.sh.
+#[test]
+#[ignore = "writes the input of scripts/reference/make_mtp_fixture.sh"]
+fn write_mtp_gguf() {
+    let path = std::env::var("LILYPAD_MTP_GGUF").expect("LILYPAD_MTP_GGUF: where to write");
+    std::fs::write(path, qwen::with_mtp_layer(&fixture(), None)).unwrap();
+}
+
+#[derive(serde::Deserialize)]
+struct MtpReference {
+    gguf_sha256: String,
+    tokens: Vec<u32>,
+    next: Vec<u32>,
+}
+
+/// The multi-token-prediction layer's logits (`Model::mtp_logits`: the main model's last
+/// hidden state and the next token's embedding through the layer, its KV cache carried across
+/// steps) match an independent float64 pass laid out as llama.cpp's qwen35 draft graph
+/// (scripts/reference/make_mtp_fixture.py) at every position, in one step and in three.
+#[test]
+fn multi_token_prediction_layer_matches_reference() {
+    use sha2::{Digest, Sha256};
+    let f = fixture();
+    let bytes = qwen::with_mtp_layer(&f, None);
+    let dir = qwen::fixture_dir(NAME);
+    let reference: MtpReference =
+        serde_json::from_slice(&std::fs::read(dir.join("mtp.json")).unwrap()).unwrap();
+    let sha: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        sha, reference.gguf_sha256,
+        "the layer the reference was made for"
+    );
+    let want = qwen::read_f32s(dir.join("mtp-logits.f32"));
+    let file = GgufFile::read(&bytes).unwrap();
+    let opts = ModelOptions {
+        mtp: true,
+        ..qwen::options(128, 80)
+    };
+    let Some(mut m) = qwen::load_model(&file, &bytes, &opts) else {
+        return;
+    };
+    m.set_draft(Some(Draft::Mtp)).unwrap();
+    let (tokens, next) = (&reference.tokens, &reference.next);
+    let vocab = f.vocab;
+    for split in [vec![tokens.len()], vec![30, 1, tokens.len() - 31]] {
+        m.reset();
+        let mut got = Vec::new();
+        let mut at = 0;
+        for n in &split {
+            let rows = pollster::block_on(m.mtp_logits(&tokens[at..at + n], &next[at..at + n]));
+            got.extend(rows.unwrap());
+            at += n;
+        }
+        let mut worst = (0f32, 0f32);
+        for (i, (g, w)) in got.chunks(vocab).zip(want.chunks(vocab)).enumerate() {
+            let (abs, rel) = qwen::row_error(g, w);
+            assert!(
+                rel < qwen::TOL,
+                "steps {split:?}, position {i}: max |Δ| {abs} ({rel} relative)"
+            );
+            worst = (worst.0.max(abs), worst.1.max(rel));
+        }
+        assert_eq!(got.len(), want.len());
+        eprintln!(
+            "MTP logits, steps {split:?}: max |Δ| {:.2e} ({:.2e} relative)",
+            worst.0, worst.1
+        );
     }
 }

@@ -299,6 +299,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         lora: None,
         context: Some(config.context),
         kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
+        draft: None,
         adapter: None,
         quiet: true,
     };

@@ -62,6 +62,7 @@ pub fn tiny_llama_session(context: u32) -> Option<lilypad_chat::ChatSession> {
         lora: None,
         context: Some(context),
         kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
+        draft: None,
         adapter: None,
         quiet: true,
     };

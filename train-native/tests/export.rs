@@ -40,6 +40,7 @@ fn logits(model: &std::path::Path, lora: Option<PathBuf>, tokens: &[u32]) -> Opt
         lora,
         context: Some(64),
         kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
+        draft: None,
         adapter: None,
         quiet: true,
     };

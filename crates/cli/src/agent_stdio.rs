@@ -179,6 +179,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 quantize: Default::default(),
                 context,
                 kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
+                draft: None,
                 adapter,
                 quiet: true,
             };

@@ -3,12 +3,12 @@
 
 use std::io::{BufRead, Write};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use lilypad_chat::ChatSession;
 use lilypad_cli::{Loaded, ModelArgs};
-use lilypad_engine::ModelOptions;
+use lilypad_engine::{Model, ModelOptions};
 use lilypad_lm::{Completion, Message, ModelError, PromptProgress, Request, Role, Sampling};
 
 #[derive(Args, Clone)]
@@ -123,6 +123,12 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
         .ok()
         .filter(|n| (1..=max).contains(n))
         .with_context(|| format!("-n {}: between 1 and {max} samples", args.samples))?;
+    if args.samples > 1 && args.model.draft.is_some() {
+        bail!(
+            "--draft speeds up one sample at a time; -n {} decodes them together",
+            args.samples
+        );
+    }
     let mut session = open_session(&args.model, sequences)?;
     let messages = conversation(args.system.as_deref(), &args.prompt);
     let request = args
@@ -155,7 +161,7 @@ pub fn generate(args: &GenerateArgs) -> Result<()> {
             .map(|(completion, _)| completion)
         }
     })?;
-    report(&completion, args.model.quiet);
+    report(&completion, session.model(), args.model.quiet);
     Ok(())
 }
 
@@ -209,7 +215,7 @@ pub fn chat(args: &ChatArgs) -> Result<()> {
         });
         match reply {
             Ok(completion) => {
-                report(&completion, args.model.quiet);
+                report(&completion, session.model(), args.model.quiet);
                 messages.push(Message::new(Role::Assistant, completion.text));
             }
             Err(e) => match e.downcast_ref::<ModelError>() {
@@ -263,9 +269,19 @@ fn stream_reply(
 }
 
 /// Timings on stderr, as prompt and generation speeds.
-fn report(c: &Completion, quiet: bool) {
+fn report(c: &Completion, model: &Model, quiet: bool) {
     if quiet {
         return;
+    }
+    if let Some(draft) = model.draft() {
+        let s = model.speculative_stats();
+        eprintln!(
+            "[draft {draft}: {} of {} drafted tokens kept ({:.0} %), {:.2} tokens per step]",
+            s.accepted,
+            s.drafted,
+            100.0 * s.acceptance(),
+            s.tokens as f64 / s.steps.max(1) as f64
+        );
     }
     let (prefill, decode) = (c.prefill_ms / 1e3, c.decode_ms / 1e3);
     // The first token comes out of the prompt's last step.

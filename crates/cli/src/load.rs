@@ -36,6 +36,12 @@ pub struct ModelArgs {
     /// The KV cache's element type: f16 halves its memory; f32 keeps every bit.
     #[arg(long, default_value = "f16", value_name = "f16|f32")]
     pub kv_cache: lilypad_engine::DType,
+    /// Speculative decoding: `lookup[:N]` drafts up to N tokens (default 4) from what
+    /// followed the latest earlier occurrence of the last few tokens (edits and quotations of
+    /// the context), `mtp` drafts one with the model's multi-token-prediction layer (Qwen3.5).
+    /// The output is exactly what plain decoding gives.
+    #[arg(long, value_name = "lookup[:N]|mtp")]
+    pub draft: Option<lilypad_engine::Draft>,
     /// GPU adapter name substring or index (also LILYPAD_ADAPTER).
     #[arg(long)]
     pub adapter: Option<String>,
@@ -130,6 +136,7 @@ impl Loaded {
             context: args.context,
             sequences,
             kv_cache: args.kv_cache,
+            mtp: args.draft == Some(lilypad_engine::Draft::Mtp),
             ..Default::default()
         };
         // The adapter is read and checked against the file before the upload starts.
@@ -145,6 +152,7 @@ impl Loaded {
             on_progress(&p);
         }))?;
         bar.finish_and_clear();
+        model.set_draft(args.draft)?;
         let mut lora_summary = None;
         if let (Some(adapter), Some(dir)) = (&lora, &args.lora) {
             model

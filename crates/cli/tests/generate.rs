@@ -156,3 +156,47 @@ fn chat_reuses_earlier_turns_and_answers_as_generate_does() {
         "chat {stdout:?}, generate --chat {single:?}"
     );
 }
+
+/// `--draft`: the same text as without (sampled, with a seed), the draft's counts reported;
+/// a draft the model cannot give and a draft with `-n` are clear errors.
+#[test]
+fn drafts_change_the_speed_not_the_text() {
+    let args = ["--temperature", "0.8", "--seed", "3"];
+    let plain = generate(&args);
+    assert!(plain.status.success(), "{}", text(&plain));
+    let m = model();
+    let drafted = lilypad(
+        &[
+            &[
+                "generate",
+                "-m",
+                &m,
+                "-p",
+                "The river carried",
+                "--max-tokens",
+                "6",
+            ][..],
+            &args,
+            &["--draft", "lookup:3"],
+        ]
+        .concat(),
+    );
+    assert!(drafted.status.success(), "{}", text(&drafted));
+    assert_eq!(drafted.stdout, plain.stdout);
+    let stderr = String::from_utf8_lossy(&drafted.stderr);
+    assert!(stderr.contains("[draft lookup:3: "), "{stderr}");
+
+    let mtp = generate(&["--draft", "mtp"]);
+    assert!(!mtp.status.success());
+    assert!(
+        text(&mtp).contains("multi-token-prediction"),
+        "{}",
+        text(&mtp)
+    );
+    let many = generate(&["--draft", "lookup", "-n", "2"]);
+    assert!(!many.status.success());
+    assert!(text(&many).contains("--draft"), "{}", text(&many));
+    let bad = generate(&["--draft", "lookup:99"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad).contains("lookup drafts 1..=8"), "{}", text(&bad));
+}

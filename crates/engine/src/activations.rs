@@ -501,3 +501,31 @@ impl ActivationPlan {
         }
     }
 }
+
+/// What a multi-token-prediction layer reads before its decoder layer (which runs over an
+/// attention layer's activations of the shared store): the next tokens' embeddings, both
+/// inputs normed, and the two side by side [T, 2 · n_embd].
+#[derive(Clone, Debug)]
+pub struct MtpActivations {
+    pub embedded: Tensor,
+    pub embedded_normed: Tensor,
+    pub hidden_normed: Tensor,
+    pub joined: Tensor,
+}
+
+impl MtpActivations {
+    pub fn new(ctx: &GpuContext, max_tokens: u32, n_embd: u32) -> Result<Self> {
+        let t = |label| Tensor::zeros(ctx, label, [max_tokens, n_embd]);
+        Ok(Self {
+            embedded: t("mtp embedded")?,
+            embedded_normed: t("mtp embedded normed")?,
+            hidden_normed: t("mtp hidden normed")?,
+            joined: Tensor::zeros(ctx, "mtp joined", [max_tokens, 2 * n_embd])?,
+        })
+    }
+
+    /// Bytes for steps of `max_tokens` tokens.
+    pub fn bytes(max_tokens: u32, n_embd: u32) -> u64 {
+        5 * max_tokens as u64 * n_embd as u64 * 4
+    }
+}

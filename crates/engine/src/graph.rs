@@ -438,6 +438,23 @@ impl<'a> Graph<'a> {
         Ok(())
     }
 
+    /// out[t] = [a[t], b[t]]: two tensors' rows side by side.
+    pub fn concat(&mut self, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+        a.expect("concat", self.max_tokens, a.cols())?;
+        b.expect("concat", self.max_tokens, b.cols())?;
+        out.expect("concat", self.max_tokens, a.cols() + b.cols())?;
+        self.push(ops::copy::concat_rows(
+            self.ctx,
+            &a.buffer,
+            &b.buffer,
+            &out.buffer,
+            a.cols(),
+            b.cols(),
+            self.step,
+        )?);
+        Ok(())
+    }
+
     /// dst = src, all rows.
     pub fn copy(&mut self, src: &Tensor, dst: &Tensor) -> Result<()> {
         if src.shape != dst.shape || !src.len().is_multiple_of(4) {

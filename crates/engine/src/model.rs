@@ -179,7 +179,7 @@ pub(crate) struct Io {
     targets: wgpu::Buffer,
     log_probs: wgpu::Buffer,
     x_last: wgpu::Buffer,
-    logits: wgpu::Buffer,
+    pub(crate) logits: wgpu::Buffer,
     pub(crate) step: wgpu::Buffer,
     step_one: wgpu::Buffer,
 }
@@ -207,14 +207,14 @@ pub struct Model {
     /// One token each of several sequences (empty with one slot).
     batch_graph: Vec<Dispatch>,
     head_last: Vec<Dispatch>,
-    head_all: Vec<Dispatch>,
+    pub(crate) head_all: Vec<Dispatch>,
     /// log softmax(logits[t])[targets[t]] for each token of a step.
     gather_log_probs: Dispatch,
     /// One per sequence slot (each samples its own logits row).
     pub(crate) samplers: Vec<Sampler>,
     pub(crate) arch: Box<dyn Forward>,
     /// The inference graphs' activations, shared by every layer.
-    store: ActivationStore,
+    pub(crate) store: ActivationStore,
     /// [max_batch, rank] for the LoRA adapters' A·x, sized for the largest padded rank set.
     pub(crate) lora_scratch: Option<Tensor>,
     /// Where `fork` passes a state buffer's rows through (a buffer cannot be copied onto
@@ -235,6 +235,9 @@ pub struct Model {
     /// Where the training passes add their kernels' times while profiled
     /// ([`Model::profile_kernels`]).
     pub(crate) kernel_times: Option<KernelTimes>,
+    /// Speculative decoding's draft and its buffers ([`Model::set_draft`]).
+    pub(crate) speculation: Option<crate::speculative::Speculation>,
+    pub(crate) speculative_stats: crate::speculative::SpeculativeStats,
 }
 
 /// One sequence's token in a batched decode step ([`Model::sample_batch`]), and how to pick
@@ -367,6 +370,8 @@ impl Model {
             identity: lilypad_gguf::fingerprint(file, src)?,
             lora_identity: None,
             kernel_times: None,
+            speculation: None,
+            speculative_stats: Default::default(),
         })
     }
 
@@ -869,7 +874,7 @@ impl Model {
         self.check_sequence_tokens(0, tokens)
     }
 
-    fn check_sequence_tokens(&self, seq: u32, tokens: &[u32]) -> Result<()> {
+    pub(crate) fn check_sequence_tokens(&self, seq: u32, tokens: &[u32]) -> Result<()> {
         let Some(cached) = self.seqs.get(seq as usize) else {
             return Err(EngineError::Sequence(format!(
                 "sequence {seq} does not exist: the model has {} slots (ModelOptions::sequences)",
@@ -949,7 +954,7 @@ impl Model {
     /// Writes the step's uniforms and token ids (clearing the sequence's recurrent state at
     /// position 0) and returns the graph that runs `chunk`: the decode graph for one token,
     /// else prefill.
-    fn begin_step(
+    pub(crate) fn begin_step(
         &self,
         encoder: &mut wgpu::CommandEncoder,
         seq: u32,
@@ -1040,6 +1045,18 @@ impl Model {
         tokens: &[u32],
         on_progress: &mut dyn FnMut(usize) -> bool,
     ) -> Result<usize> {
+        self.prefill_before(tokens, None, on_progress).await
+    }
+
+    /// [`Model::prefill`] of tokens followed by `after`, when it is known: drafting with a
+    /// multi-token-prediction layer, each step also runs that layer over its rows, which
+    /// pairs each token with the one after it.
+    pub(crate) async fn prefill_before(
+        &mut self,
+        tokens: &[u32],
+        after: Option<u32>,
+        on_progress: &mut dyn FnMut(usize) -> bool,
+    ) -> Result<usize> {
         self.check_tokens(tokens)?;
         let tile = PREFILL_TILE as usize;
         let max = (self.max_batch as usize).max(1);
@@ -1052,9 +1069,11 @@ impl Model {
         loop {
             let depth = if timed { 2 } else { 1 };
             if queued.len() < depth && submitted < tokens.len() {
-                let chunk = &tokens[submitted..tokens.len().min(submitted + size)];
+                let end = tokens.len().min(submitted + size);
+                let chunk = &tokens[submitted..end];
                 let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
                 self.encode_step(&mut encoder, 0, chunk, Logits::None);
+                self.encode_mtp_prefill(&mut encoder, chunk, tokens.get(end).copied().or(after));
                 if queued.is_empty() {
                     last_done = web_time::Instant::now();
                 }
@@ -1306,12 +1325,16 @@ impl Model {
             // All but the last step of the prompt report their progress; the last one samples
             // the first token and is read back at once. The decode steps after it are queued
             // ahead of the host.
-            let last = pending.len().min(self.max_batch as usize);
+            // Speculative decoding's first step reads one token: a draft may go behind it.
+            let last = match self.speculation {
+                Some(_) => pending.len().min(1),
+                None => pending.len().min(self.max_batch as usize),
+            };
             let (head, tail) = pending.split_at(pending.len() - last);
             let total = pending.len();
             let mut going = true;
             let evaluated = self
-                .prefill(head, &mut |n| {
+                .prefill_before(head, tail.first().copied(), &mut |n| {
                     going = on_prompt(n, total);
                     going
                 })
@@ -1322,6 +1345,38 @@ impl Model {
                     prompt_evaluated: evaluated,
                     prompt_reused: reused,
                     prompt_stopped: true,
+                });
+            }
+            if self.speculation.is_some() {
+                let mut reported = false;
+                let mut report = |id| {
+                    if !reported {
+                        reported = true;
+                        on_prompt(total, total);
+                    }
+                    on_token(id)
+                };
+                let run = self
+                    .speculative_run(
+                        tail,
+                        sp,
+                        &mut rng,
+                        &mut history,
+                        max_tokens,
+                        is_stop,
+                        &mut report,
+                        &mut out,
+                    )
+                    .await;
+                if let Err(e) = run {
+                    self.seqs[0].clear();
+                    return Err(e);
+                }
+                return Ok(Generation {
+                    tokens: out,
+                    prompt_evaluated: pending.len(),
+                    prompt_reused: reused,
+                    prompt_stopped: false,
                 });
             }
             let first = self.next_token(tail, sp, &mut rng, &history).await?;

@@ -1043,6 +1043,40 @@ fn copy_copies() {
     assert_eq!(read(&ctx, &dst, x.len()), x);
 }
 
+/// concat_rows puts each token's two rows side by side (exactly) and leaves the rows past
+/// the step's tokens alone.
+#[test]
+fn concat_rows_matches_reference() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    let (rows, tokens, a_row, b_row) = (5usize, 3u32, 8usize, 260usize);
+    let a = randn(&mut r, rows * a_row, 1.0);
+    let b = randn(&mut r, rows * b_row, 1.0);
+    let width = a_row + b_row;
+    let dst = buf_f32(&ctx, &vec![-7.0; rows * width]);
+    let d = ops::copy::concat_rows(
+        &ctx,
+        &buf_f32(&ctx, &a),
+        &buf_f32(&ctx, &b),
+        &dst,
+        a_row as u32,
+        b_row as u32,
+        &step(&ctx, tokens, 0),
+    )
+    .unwrap();
+    run(&ctx, &[d], tokens);
+    let got = read(&ctx, &dst, rows * width);
+    for t in 0..rows {
+        let want: Vec<f32> = if t < tokens as usize {
+            [&a[t * a_row..][..a_row], &b[t * b_row..][..b_row]].concat()
+        } else {
+            vec![-7.0; width]
+        };
+        assert_eq!(&got[t * width..][..width], &want[..], "row {t}");
+    }
+    assert!(ops::copy::concat_rows(&ctx, &dst, &dst, &dst, 6, 4, &step(&ctx, 1, 0)).is_err());
+}
+
 /// GPU sampling picks the token the plain CPU rule (f64) picks, for greedy, temperature,
 /// top-k, top-p, penalties and their mixes, over many draws; at a near-tie of the running
 /// mass, the token the rule picks for a draw within 1e-5 of the same one.

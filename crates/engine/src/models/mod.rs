@@ -13,7 +13,7 @@ pub use qwen35::Qwen35Config;
 
 use lilypad_gguf::GgufFile;
 
-use crate::activations::{ActivationShape, ActivationStore, LayerActivations};
+use crate::activations::{ActivationShape, ActivationStore, LayerActivations, MtpActivations};
 use crate::backward::{BackwardBuffers, StepPosition};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, GraphIo};
@@ -65,6 +65,29 @@ pub(crate) trait Forward: wgpu::WasmNotSendSync {
 
     /// Per layer, the buffers holding one sequence's state.
     fn state(&self) -> Vec<Vec<StateBuffer>>;
+
+    /// Whether a multi-token-prediction layer is loaded ([`Forward::record_mtp`] records it).
+    fn has_mtp(&self) -> bool {
+        false
+    }
+
+    /// Records the multi-token-prediction layer over the step's rows: from each row's final
+    /// hidden state (`store.hidden`, as the main graph left it) and the embedding of the token
+    /// that follows it (`next`, u32 ids), its own hidden state, normed, into `store.hidden`:
+    /// the LM head then gives the logits of the token after that one.
+    fn record_mtp(
+        &self,
+        _g: &mut Graph,
+        _next: &wgpu::Buffer,
+        _store: &ActivationStore,
+        _mtp: &MtpActivations,
+    ) -> Result<()> {
+        Err(no_mtp_layer())
+    }
+}
+
+pub(crate) fn no_mtp_layer() -> EngineError {
+    EngineError::Config("this model has no multi-token-prediction layer loaded".into())
 }
 
 /// The dispatches of a whole forward step: embedding of the step's token ids (`io.ids`), every

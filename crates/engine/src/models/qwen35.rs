@@ -21,7 +21,9 @@ use lilypad_gguf::GgufFile;
 use super::Forward;
 use super::blocks::{Attention, AttentionShape, Loader, Mlp, record_layer, record_layer_backward};
 use super::llama::rope_frequencies;
-use crate::activations::{ActivationMode, ActivationShape, LayerActivations, LayerKind};
+use crate::activations::{
+    ActivationMode, ActivationShape, ActivationStore, LayerActivations, LayerKind, MtpActivations,
+};
 use crate::backward::{BackwardBuffers, StepPosition, linear_backward};
 use crate::error::{EngineError, Result};
 use crate::graph::{Graph, Write};
@@ -551,11 +553,13 @@ enum Mixer {
 }
 
 /// A multi-token-prediction layer: predicts the token after next from the main model's last
-/// hidden state and the next token's embedding. Uploaded for speculative decoding, which
-/// will run it; the main forward pass never reads it.
-#[allow(dead_code)]
+/// hidden state (after the output norm) and the next token's embedding, as llama.cpp's
+/// `qwen35` draft graph and vLLM's `Qwen3NextMultiTokenPredictor` do: both inputs normed,
+/// side by side (embedding first) through `eh_proj`, one gated-attention decoder layer with
+/// its own KV cache, its own output norm, the model's LM head. Speculative decoding drafts
+/// with it; the main forward pass never reads it.
 struct Mtp {
-    eh_proj: GpuWeight,
+    eh_proj: Linear,
     enorm: Tensor,
     hnorm: Tensor,
     /// Its own output norm, when the file has one (otherwise the model's).
@@ -569,7 +573,7 @@ impl Mtp {
         let n = |s: &str| format!("blk.{blk}.nextn.{s}.weight");
         let shared = n("shared_head_norm");
         Ok(Self {
-            eh_proj: l.matrix(&n("eh_proj"))?,
+            eh_proj: Linear::new(l.matrix(&n("eh_proj"))?),
             enorm: l.small(&n("enorm"), "nextn.enorm")?,
             hnorm: l.small(&n("hnorm"), "nextn.hnorm")?,
             shared_head_norm: match l.has(&shared) {
@@ -591,7 +595,6 @@ pub(crate) struct Qwen35 {
     output_norm: Tensor,
     layers: Vec<(Mixer, Mlp)>,
     /// Loaded only when asked for (`ModelOptions::mtp`).
-    #[allow(dead_code)]
     mtp: Vec<Mtp>,
     freqs: Tensor,
     /// KV-cache rows per sequence slot.
@@ -705,6 +708,38 @@ impl Forward for Qwen35 {
             v.extend(mlp.linears_mut());
         }
         v
+    }
+
+    fn has_mtp(&self) -> bool {
+        !self.mtp.is_empty()
+    }
+
+    fn record_mtp(
+        &self,
+        g: &mut Graph,
+        next: &wgpu::Buffer,
+        store: &ActivationStore,
+        a: &MtpActivations,
+    ) -> Result<()> {
+        let mtp = self.mtp.first().ok_or_else(super::no_mtp_layer)?;
+        // The shared store's activations of an attention layer serve the MTP block's.
+        let l = store
+            .layers
+            .iter()
+            .zip(&self.layers)
+            .find(|(_, (mixer, _))| matches!(mixer, Mixer::Attention(_)))
+            .map(|(l, _)| l)
+            .ok_or_else(|| EngineError::Config("no attention layer's activations".into()))?;
+        let eps = self.cfg.rms_eps;
+        g.embed(&self.embd, next, &a.embedded)?;
+        g.rms_norm(&a.embedded, &mtp.enorm, None, &a.embedded_normed, None, eps)?;
+        g.rms_norm(&store.hidden, &mtp.hnorm, None, &a.hidden_normed, None, eps)?;
+        g.concat(&a.embedded_normed, &a.hidden_normed, &a.joined)?;
+        g.matvec(&mtp.eh_proj, &a.joined, &l.x, Write::Set)?;
+        let attention = |g: &mut Graph| mtp.attention.record(g, &self.attention, l, &self.freqs);
+        record_layer(g, l, &mtp.attention.norm, attention, &mtp.mlp, eps)?;
+        let norm = mtp.shared_head_norm.as_ref().unwrap_or(&self.output_norm);
+        g.rms_norm(&l.x, norm, None, &store.hidden, None, eps)
     }
 
     fn state(&self) -> Vec<Vec<StateBuffer>> {

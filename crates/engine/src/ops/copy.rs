@@ -52,3 +52,40 @@ pub fn step_rows(
         },
     ))
 }
+
+/// dst[t] = [a[t], b[t]] for the step's tokens: rows of `a_row` and `b_row` f32s (each a
+/// multiple of 4) side by side in rows of both.
+pub fn concat_rows(
+    ctx: &GpuContext,
+    a: &wgpu::Buffer,
+    b: &wgpu::Buffer,
+    dst: &wgpu::Buffer,
+    a_row: u32,
+    b_row: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    if a_row == 0 || b_row == 0 || !a_row.is_multiple_of(4) || !b_row.is_multiple_of(4) {
+        return Err(crate::error::EngineError::Shape {
+            op: "concat_rows",
+            detail: format!("rows of {a_row} and {b_row} values (multiples of 4 needed)"),
+        });
+    }
+    let pipeline = ctx.pipeline("copy.wgsl", "concat_rows", &Macros::new().u32("WG", WG))?;
+    let p = params(ctx, "concat_rows", &[a_row / 4, b_row / 4]);
+    Ok(Dispatch::with_bindings(
+        ctx,
+        "concat_rows",
+        pipeline,
+        &[
+            (0, bind(a)),
+            (1, bind(dst)),
+            (2, bind(&p)),
+            (3, bind(step)),
+            (4, bind(b)),
+        ],
+        Grid::PerTokens {
+            x: ((a_row + b_row) / 4).div_ceil(WG),
+            per_y: 1,
+        },
+    ))
+}
