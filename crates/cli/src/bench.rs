@@ -167,6 +167,23 @@ struct Report {
     llama_cpp_vulkan: Option<LlamaCpp>,
     prefill_vs_llama_cpp_vulkan: Option<f64>,
     decode_vs_llama_cpp_vulkan: Option<f64>,
+    /// Decode with `--draft`, from the same state as the plain rows.
+    speculative: Option<SpeculativeRow>,
+}
+
+/// Greedy decode with a draft (`--draft`), against plain decode at the default depth.
+#[derive(Serialize)]
+struct SpeculativeRow {
+    draft: String,
+    tokens: usize,
+    tokens_per_s: f64,
+    vs_plain: f64,
+    steps: usize,
+    drafted: usize,
+    accepted: usize,
+    /// Whether its tokens were plain decoding's (they must be, up to a near-tie of the
+    /// logits, which a step of several tokens computes in another order).
+    same_tokens: bool,
 }
 
 /// llama.cpp's `llama-bench` on the same file, in the same run.
@@ -521,6 +538,9 @@ pub fn run(
     let mut walls = Vec::new();
     let default_depth = model.decode_depth();
     report.default_depth = default_depth;
+    // The plain rows decode without the draft; it gets a row of its own after them.
+    let draft = model.draft();
+    model.set_draft(None)?;
     for depth in [1, 2, 4] {
         model.restore(&state)?;
         model.set_decode_depth(depth)?;
@@ -567,6 +587,53 @@ pub fn run(
         println!("warning: the depths decoded different greedy tokens");
     }
     model.set_decode_depth(default_depth)?;
+    if let Some(draft) = draft {
+        model.restore(&state)?;
+        model.set_draft(Some(draft))?;
+        let mut stamps = Vec::new();
+        let generation = pollster::block_on(model.generate(
+            &prompt,
+            &greedy,
+            gen_tokens + 1,
+            &|_| false,
+            &mut |_| {
+                stamps.push(Instant::now());
+                true
+            },
+        ))?;
+        let decoded = stamps.len().saturating_sub(1);
+        let seconds = (stamps[stamps.len() - 1] - stamps[0]).as_secs_f64();
+        let plain = report.decode.iter().find(|d| d.depth == default_depth);
+        let tokens_per_s = decoded as f64 / seconds;
+        let s = model.speculative_stats();
+        let row = SpeculativeRow {
+            draft: draft.to_string(),
+            tokens: decoded,
+            tokens_per_s,
+            vs_plain: plain.map_or(f64::NAN, |p| tokens_per_s / p.tokens_per_s),
+            steps: s.steps,
+            drafted: s.drafted,
+            accepted: s.accepted,
+            same_tokens: generation.tokens == texts[0],
+        };
+        println!(
+            "decode with draft {}: {} tokens, {:.1} tok/s ({:.2}x plain at depth {default_depth}); \
+             {} of {} drafted tokens kept, {:.2} tokens per step{}",
+            row.draft,
+            row.tokens,
+            row.tokens_per_s,
+            row.vs_plain,
+            row.accepted,
+            row.drafted,
+            s.tokens as f64 / s.steps.max(1) as f64,
+            if row.same_tokens {
+                ""
+            } else {
+                "; warning: other tokens than plain decoding"
+            },
+        );
+        report.speculative = Some(row);
+    }
     println!("GPU memory: {} at context {}", model.plan, model.context);
     report.gpu_memory_bytes = model.plan.total();
     let runs = [
