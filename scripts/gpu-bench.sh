@@ -4,7 +4,8 @@
 # the binary and this script). Writes a synthetic model (random Q4_K weights, FrogNano-4B's
 # shapes) once, then prints: the adapter, the memory plan at 2k, 8k and 32k context with
 # f16 and f32 KV caches, kernel bandwidth against the copy kernel, prefill/decode tokens/s
-# (and after a 4k prompt with each KV cache type), and batched decode at 1–16 sequences;
+# (and after a 4k prompt with each KV cache type), speculative decoding with the MTP layer
+# against plain decode, and batched decode at 1–16 sequences;
 # with a `train-native` binary beside `lilypad` (or at $TRAIN_NATIVE), a timed GRPO training
 # step (rank-16 LoRA on every linear, 1,024 tokens) with every kernel of it profiled.
 #
@@ -47,6 +48,9 @@ echo "== kernels and whole model (prompt $prompt_tokens, generate $gen_tokens)"
 echo "== the same whole-model run with an f32 KV cache (f16 above), after a 4,096-token prompt"
 "$bin" bench --model "$model" --context 8192 --kv-cache f32 --prompt-tokens 4096 --gen-tokens 16
 "$bin" bench --model "$model" --context 8192 --kv-cache f16 --prompt-tokens 4096 --gen-tokens 16
+echo "== speculative decoding with the MTP layer (random weights: drafts are rejected, so this"
+echo "   is the check's cost; the same run's plain decode is the baseline)"
+"$bin" bench --model "$model" --context 2048 --prompt-tokens 256 --gen-tokens 32 --draft mtp
 echo "== batched decode: total tokens/s with 1 to 16 sequences decoded together"
 "$bin" bench --model "$model" --context 2048 --batch 1,2,4,8,16 --prompt-tokens 256 --gen-tokens 32
 train_bin="${TRAIN_NATIVE:-$(dirname "$bin")/train-native}"

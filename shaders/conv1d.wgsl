@@ -2,7 +2,8 @@
 // x: [T, C] this step's inputs; w: [C, K], tap K - 1 multiplies the current token;
 // state: [slots, K - 1, C], per sequence slot the inputs of the K - 1 tokens before this step
 // (row 0 the oldest; zero at the start of a sequence), updated in place to the last K - 1
-// inputs; token t uses its sequence's slot (Step.tok[t].z); y = silu(conv).
+// inputs; token t uses its sequence's slot (Step.tok[t].z); y = silu(conv). A token with a
+// checkpoint (Step.tok[t].w = c > 0) also leaves the window after it in slot c − 1.
 // One thread per channel walks the step's tokens in order: each thread touches only its own
 // channel of the state, and a batch does exactly the arithmetic of token-by-token calls.
 // Macros: WG, N_TAPS (K).
@@ -58,6 +59,12 @@ fn conv1d(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         y[t * n_ch + c] = acc / (1.0 + exp(-acc));
         for (var j = 0u; j + 1u < N_TAPS; j++) {
             win[j] = win[j + 1u];
+        }
+        let checkpoint = step.tok[t].w;
+        if checkpoint != 0u {
+            for (var j = 0u; j + 1u < N_TAPS; j++) {
+                state[(checkpoint - 1u) * slot_len + j * n_ch + c] = win[j];
+            }
         }
     }
     for (var j = 0u; j + 1u < N_TAPS; j++) {

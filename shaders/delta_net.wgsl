@@ -5,7 +5,8 @@
 //     S = γ S;  δ = (v − Sᵀ k̂) β;  S = S + k̂ ⊗ δ;  o = Sᵀ q̂
 // qkv: [T, 2·n_k·d_k + n_v·d_v], the conv output (q heads, k heads, v heads);
 // alpha, beta_in: [T, n_v]; a, dt_bias: [n_v]; state: [slots, n_v, d_k, d_v], token t using its
-// sequence's slot (Step.tok[t].z); out: [T, n_v, d_v].
+// sequence's slot (Step.tok[t].z); out: [T, n_v, d_v]. The recurrent form also writes the state
+// after a token with a checkpoint (Step.tok[t].w = c > 0) into slot c − 1.
 //
 // delta_net: the recurrence token by token (decode, and prefill of any length). One workgroup
 //   per (value head, block of COLS state columns); each thread keeps MAX_R rows of one column in
@@ -80,7 +81,11 @@ fn lane(wid: vec3<u32>, tid: u32) -> Lane {
 var<private> slot: u32;
 
 fn state_at(l: Lane, row: u32) -> u32 {
-    return ((slot * p.n_v + l.s) * p.d_k + row) * p.d_v + l.col;
+    return state_in(slot, l, row);
+}
+
+fn state_in(sl: u32, l: Lane, row: u32) -> u32 {
+    return ((sl * p.n_v + l.s) * p.d_k + row) * p.d_v + l.col;
 }
 
 fn load_state(l: Lane, row: u32) -> f32 {
@@ -159,15 +164,24 @@ fn delta_net(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
                 sr[r] = decay * sr[r] + rk * qk_sh[par * MAX_DK + i].y * delta;
             }
         }
+        // A checkpoint: the state after this token, also in slot c − 1.
+        let checkpoint = step.tok[t].w;
+        if checkpoint != 0u {
+            store_rows_in(checkpoint - 1u, l, sr);
+        }
     }
     store_rows(l, sr);
 }
 
 fn store_rows(l: Lane, sr: array<f32, MAX_R>) {
+    store_rows_in(slot, l, sr);
+}
+
+fn store_rows_in(sl: u32, l: Lane, sr: array<f32, MAX_R>) {
     for (var r = 0u; r < MAX_R; r++) {
         let i = l.part + r * SPLIT;
         if l.live && i < p.d_k {
-            state[state_at(l, i)] = sr[r];
+            state[state_in(sl, l, i)] = sr[r];
         }
     }
 }

@@ -7,6 +7,9 @@ struct Step {
     pos0: u32,      // position of the first of them
     kv_len: u32,    // pos0 + n_tokens
     _pad: u32,
-    // Per token: (position, KV-cache row = slot · context + position, slot, 0).
+    // Per token: (position, KV-cache row = slot · context + position, slot, checkpoint). The
+    // recurrent kernels (conv1d, the delta rule's recurrent form) also write the state after a
+    // token whose checkpoint is c > 0 into slot c − 1 (speculative decoding keeps the state
+    // after the checked token, in case the draft after it is rejected).
     tok: array<vec4<u32>, 512>,
 }

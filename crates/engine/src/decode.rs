@@ -245,7 +245,7 @@ impl Model {
             .map(|s| (&s.buffer, s.slot_offset(0), s.slot_bytes))
     }
 
-    pub(crate) async fn ensure_rewind_ring(&mut self, slots: usize) -> Result<()> {
+    async fn ensure_rewind_ring(&mut self, slots: usize) -> Result<()> {
         let bytes: u64 = self.fixed_state().map(|(_, _, n)| n).sum();
         while self.rewind_ring.len() < slots {
             let oom = self
@@ -269,7 +269,7 @@ impl Model {
         Ok(())
     }
 
-    pub(crate) fn save_rewind_slot(&self, encoder: &mut wgpu::CommandEncoder, slot: usize) {
+    fn save_rewind_slot(&self, encoder: &mut wgpu::CommandEncoder, slot: usize) {
         let ring = &self.rewind_ring[slot];
         let mut at = 0;
         for (buffer, offset, bytes) in self.fixed_state() {
@@ -278,7 +278,7 @@ impl Model {
         }
     }
 
-    pub(crate) fn restore_rewind_slot(&self, slot: usize) {
+    fn restore_rewind_slot(&self, slot: usize) {
         let ring = &self.rewind_ring[slot];
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         let mut at = 0;

@@ -27,8 +27,11 @@ use crate::{Rng, SamplingParams};
 pub struct MemoryPlan {
     pub weights: u64,
     pub kv_cache: u64,
-    /// Fixed-size per-sequence state of recurrent layers (Qwen3.5's DeltaNet).
+    /// Fixed-size state of recurrent layers (Qwen3.5's DeltaNet): a slot per sequence plus
+    /// one for a checkpoint taken part-way through a step (speculative decoding).
     pub recurrent_state: u64,
+    /// One slot of it.
+    pub recurrent_slot: u64,
     pub activations: u64,
     /// Largest single buffer (must fit one storage binding unless split).
     pub largest_unsplittable: u64,
@@ -43,15 +46,16 @@ impl MemoryPlan {
         self.weights + self.kv_cache + self.recurrent_state + self.activations
     }
 
-    /// The plan with `n` sequence slots: every slot has its own KV rows and recurrent state.
+    /// The plan with `n` sequence slots: every slot has its own KV rows and recurrent state
+    /// (recurrent layers keep one more slot, the checkpoint).
     pub fn with_sequences(mut self, n: u32) -> Self {
         let n = n.max(1) as u64;
         self.kv_cache *= n;
-        self.recurrent_state *= n;
+        self.recurrent_state = self.recurrent_slot * (n + 1);
         self.largest_unsplittable = self
             .largest_unsplittable
             .max(self.kv_layer * n)
-            .max(self.recurrent_buffer * n);
+            .max(self.recurrent_buffer * (n + 1));
         self
     }
 }
@@ -205,7 +209,7 @@ pub struct Model {
     pub(crate) decode_graph: Vec<Dispatch>,
     prefill_graph: Vec<Dispatch>,
     /// One token each of several sequences (empty with one slot).
-    batch_graph: Vec<Dispatch>,
+    pub(crate) batch_graph: Vec<Dispatch>,
     head_last: Vec<Dispatch>,
     pub(crate) head_all: Vec<Dispatch>,
     /// log softmax(logits[t])[targets[t]] for each token of a step.
@@ -300,7 +304,7 @@ impl Model {
         };
         ops::write_step(&ctx, &io.step_one, Step::new(1, 0));
         let [decode_graph, prefill_graph, batch_graph] =
-            record_graphs(&ctx, arch.as_ref(), &io, &store, None, sequences)?;
+            record_graphs(&ctx, arch.as_ref(), &io, &store, None, sequences > 1)?;
         let head = arch.lm_head();
         let head_last = ops::matvec::matvec(
             &ctx,
@@ -403,45 +407,45 @@ impl Model {
             )));
         }
         let len = self.seqs[from as usize].len();
-        let largest = self
-            .state
-            .iter()
-            .flatten()
-            .map(|s| s.bytes_for(len))
-            .max()
-            .unwrap_or(0);
-        if largest > 0 {
-            if self
-                .fork_staging
-                .as_ref()
-                .is_none_or(|b| b.size() < largest)
-            {
-                self.fork_staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("fork staging"),
-                    size: largest,
-                    usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                }));
-            }
-            let staging = self.fork_staging.as_ref().expect("made above");
-            let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-            for s in self.state.iter().flatten() {
-                let bytes = s.bytes_for(len);
-                if bytes > 0 {
-                    encoder.copy_buffer_to_buffer(
-                        &s.buffer,
-                        s.slot_offset(from),
-                        staging,
-                        0,
-                        bytes,
-                    );
-                    encoder.copy_buffer_to_buffer(staging, 0, &s.buffer, s.slot_offset(to), bytes);
-                }
-            }
-            self.ctx.queue.submit([encoder.finish()]);
-        }
+        self.copy_slot(from, to, &|s| s.bytes_for(len));
         self.seqs[to as usize] = self.seqs[from as usize].clone();
         self.ctx.check()
+    }
+
+    /// Copies the first `bytes(buffer)` bytes of slot `from` of every state buffer into slot
+    /// `to`, through a staging buffer (a buffer cannot be copied onto itself).
+    pub(crate) fn copy_slot(&mut self, from: u32, to: u32, bytes: &dyn Fn(&StateBuffer) -> u64) {
+        let largest = self.state.iter().flatten().map(bytes).max().unwrap_or(0);
+        if largest == 0 {
+            return;
+        }
+        if self
+            .fork_staging
+            .as_ref()
+            .is_none_or(|b| b.size() < largest)
+        {
+            self.fork_staging = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("state slot staging"),
+                size: largest,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let staging = self.fork_staging.as_ref().expect("made above");
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        for s in self.state.iter().flatten() {
+            let n = bytes(s);
+            if n > 0 {
+                encoder.copy_buffer_to_buffer(&s.buffer, s.slot_offset(from), staging, 0, n);
+                encoder.copy_buffer_to_buffer(staging, 0, &s.buffer, s.slot_offset(to), n);
+            }
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+    }
+
+    /// The recurrent layers' spare slot, after the sequences' (`Step::checkpoint_after`).
+    pub(crate) fn checkpoint_slot(&self) -> u32 {
+        self.seqs.len() as u32
     }
 
     /// Bytes [`Model::fork`] copies for a sequence of `n_tokens` tokens: K/V rows grow with
@@ -738,16 +742,24 @@ impl Model {
             rerecord = true;
         }
         if rerecord {
-            [self.decode_graph, self.prefill_graph, self.batch_graph] = record_graphs(
-                &ctx,
-                self.arch.as_ref(),
-                &self.io,
-                &self.store,
-                self.lora_scratch.as_ref(),
-                self.seqs.len() as u32,
-            )?;
+            self.record_graphs()?;
         }
         ctx.check()
+    }
+
+    /// Records the step graphs again (new LoRA buffers; the batch graph when speculative
+    /// decoding first needs it).
+    pub(crate) fn record_graphs(&mut self) -> Result<()> {
+        let multi = self.seqs.len() > 1 || self.speculation.is_some();
+        [self.decode_graph, self.prefill_graph, self.batch_graph] = record_graphs(
+            &self.ctx,
+            self.arch.as_ref(),
+            &self.io,
+            &self.store,
+            self.lora_scratch.as_ref(),
+            multi,
+        )?;
+        Ok(())
     }
 
     pub fn gpu(&self) -> &Arc<GpuContext> {
@@ -1439,15 +1451,16 @@ pub struct Generation {
     pub prompt_stopped: bool,
 }
 
-/// The decode graph (tile 1), the prefill graph and, with several sequence slots, the
-/// batched-decode graph (prefill's tiles, recurrent layers token by token).
+/// The decode graph (tile 1), the prefill graph and, with `multi` (several sequence slots,
+/// or speculative decoding's checks), the batched-decode graph (prefill's tiles, recurrent
+/// layers token by token).
 fn record_graphs(
     ctx: &GpuContext,
     arch: &dyn Forward,
     io: &Io,
     store: &ActivationStore,
     lora: Option<&Tensor>,
-    sequences: u32,
+    multi: bool,
 ) -> Result<[Vec<Dispatch>; 3]> {
     let graph = |tile, multi_sequence| {
         let io = GraphIo {
@@ -1461,7 +1474,7 @@ fn record_graphs(
         };
         record_forward(arch, &io, store)
     };
-    let batch = if sequences > 1 {
+    let batch = if multi {
         graph(PREFILL_TILE, true)?
     } else {
         Vec::new()

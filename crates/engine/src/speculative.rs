@@ -13,10 +13,12 @@
 //! tokens, which is how code edits and quotations repeat their context).
 //!
 //! A rejected draft leaves the model's state past the accepted tokens. Caches indexed by
-//! position just forget those rows; fixed-size recurrent state (Qwen3.5's DeltaNet layers)
-//! is copied aside before the step and put back, and the step's kept tokens are evaluated
-//! again at the front of the next step, so a rejection costs no extra step, only rows: every
-//! step still gives at least one token.
+//! position just forget those rows. Fixed-size recurrent state (Qwen3.5's DeltaNet layers)
+//! cannot go back, so the check runs the recurrent kernels token by token (the batched-decode
+//! graph) and they also write the state after the last known token into the checkpoint slot
+//! (`Step::checkpoint_after`); a rejection copies it back, and any kept draft tokens are
+//! evaluated again at the front of the next step. A rejection never costs a step: every
+//! step gives at least one token.
 
 use std::collections::VecDeque;
 
@@ -27,6 +29,7 @@ use crate::kernels::Dispatch;
 use crate::model::{Logits, Model};
 use crate::ops::matvec::PREFILL_TILE;
 use crate::ops::sample::{Rng, Sampler, SamplingParams};
+use crate::ops::{self, Step};
 
 /// The most draft tokens one step checks.
 pub const MAX_DRAFT: usize = 8;
@@ -212,6 +215,11 @@ impl Model {
             out,
             mtp,
         });
+        // Checks run the batched-decode graph: the recurrent layers token by token, which can
+        // leave the state after the checked token in the checkpoint slot.
+        if self.batch_graph.is_empty() {
+            self.record_graphs()?;
+        }
         Ok(())
     }
 
@@ -321,9 +329,6 @@ impl Model {
         };
         let max_draft = draft_kind.max_tokens();
         let recurrent = !self.rewindable;
-        if recurrent {
-            self.ensure_rewind_ring(1).await?;
-        }
         self.speculative_stats = SpeculativeStats::default();
         let mut stats = SpeculativeStats::default();
         // Tokens reported but not yet evaluated (the first step: the prompt's last ones).
@@ -331,23 +336,21 @@ impl Model {
         let mut draft: Vec<u32> = Vec::new();
         // Draws for the next tokens to report, in the order plain decoding takes them.
         let mut draws: VecDeque<f32> = VecDeque::new();
+        // How many tokens to draft: a rejected draft is rows spent for nothing, so the length
+        // follows how the drafts fare (two more after a draft kept whole, one fewer after a
+        // rejection, as transformers' assisted generation schedules it).
+        let mut length = max_draft;
         while out.len() < budget {
             let room = (self.context as usize).saturating_sub(self.seqs[0].len());
             if room < known.len() {
                 break;
             }
             if draft_kind != Draft::Mtp {
-                draft = lookup(history, max_draft);
+                draft = lookup(history, length);
             }
-            // After rejected drafts of a recurrent model the known tokens pile up (each step
-            // evaluates them again); past a draft's length a step takes them without one.
-            let cap = if known.len() > max_draft + 1 {
-                0
-            } else {
-                (budget - out.len() - 1)
-                    .min(room - known.len())
-                    .min(self.max_batch as usize - known.len())
-            };
+            let cap = (budget - out.len() - 1)
+                .min(room - known.len())
+                .min(self.max_batch as usize - known.len());
             draft.truncate(cap);
             while draws.len() < draft.len() + 1 {
                 draws.push_back(if sp.is_greedy() { 0.0 } else { rng.next_f32() });
@@ -377,6 +380,13 @@ impl Model {
                     break;
                 }
             }
+            if !draft.is_empty() {
+                length = if accepted == draft.len() {
+                    (length + 2).min(max_draft)
+                } else {
+                    length.saturating_sub(1).max(1)
+                };
+            }
             // Kept draft tokens that were reported (a stop may end the step inside them).
             stats.accepted += accepted.min(reported);
             self.speculative_stats = stats;
@@ -392,10 +402,19 @@ impl Model {
                 self.seqs[0].extend_from_slice(&fed[..keep]);
                 known = vec![last];
             } else {
-                // Back to before the step; the kept tokens go in front of the next one.
-                self.restore_rewind_slot(0);
+                // Back to the state after the known tokens (the step's checkpoint); the kept
+                // draft tokens go in front of the next step.
+                let spare = self.checkpoint_slot();
+                self.copy_slot(spare, 0, &|s| {
+                    if s.row_bytes.is_none() {
+                        s.slot_bytes
+                    } else {
+                        0
+                    }
+                });
                 debug_assert_eq!(self.seqs[0].len(), before);
-                known = fed[..keep].to_vec();
+                self.seqs[0].extend_from_slice(&known);
+                known = fed[known.len()..keep].to_vec();
                 known.push(last);
                 if ended && known.len() > 1 {
                     let pending = known[..known.len() - 1].to_vec();
@@ -415,7 +434,8 @@ impl Model {
     /// One step over `known` then `draft`: samples the token after the last known one and
     /// after each draft token (row r with draw `draws[r]`, its history extended by the
     /// draft's first r tokens) and, drafting with MTP, each of those rows' draft of the token
-    /// after. Recurrent state is first copied aside when there is a draft to reject.
+    /// after. With a draft to reject, recurrent state after the last known token is kept in
+    /// the checkpoint slot.
     async fn check_draft(
         &self,
         known: &[u32],
@@ -432,10 +452,23 @@ impl Model {
         let first_row = known.len() - 1;
         self.check_sequence_tokens(0, &fed)?;
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        let pos0 = self.seqs[0].len() as u32;
+        let mut step = Step::for_sequence(n, pos0, 0, self.context);
         if recurrent && !draft.is_empty() {
-            self.save_rewind_slot(&mut encoder, 0);
+            step = step.checkpoint_after(first_row, self.checkpoint_slot());
         }
-        let graph = self.begin_step(&mut encoder, 0, &fed);
+        ops::write_step(&self.ctx, &self.io.step, step);
+        self.ctx
+            .queue
+            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(&fed));
+        if pos0 == 0 {
+            self.clear_recurrent_state(&mut encoder, 0);
+        }
+        let graph = if n == 1 {
+            &self.decode_graph
+        } else {
+            &self.batch_graph
+        };
         self.encode_graph(&mut encoder, graph, n, Logits::All);
         let mut seen = history.to_vec();
         for (r, sampler) in spec.samplers[..rows].iter().enumerate() {
@@ -494,10 +527,12 @@ impl Model {
 }
 
 /// Prompt lookup: the tokens (at most `max`) that followed the latest earlier occurrence of
-/// the last three, two or one tokens of `history` (the longest that occurred).
+/// the last three or two tokens of `history` (the longest that occurred). One token alone
+/// says too little: in free text nearly every token occurred before, and what followed it
+/// is rarely what follows now.
 pub fn lookup(history: &[u32], max: usize) -> Vec<u32> {
     let len = history.len();
-    for n in (1..=3.min(len.saturating_sub(1))).rev() {
+    for n in (2..=3.min(len.saturating_sub(1))).rev() {
         let tail = &history[len - n..];
         if let Some(at) = (0..len - n).rev().find(|&i| &history[i..i + n] == tail) {
             let from = at + n;
@@ -515,14 +550,17 @@ mod tests {
     fn lookup_takes_what_followed_the_longest_latest_match() {
         // "1 2 3" occurred at 0: what followed it.
         assert_eq!(lookup(&[1, 2, 3, 4, 5, 9, 1, 2, 3], 2), vec![4, 5]);
-        // Only "3" occurred before (latest at 5), and what follows runs to the end.
-        assert_eq!(lookup(&[3, 7, 8, 4, 4, 3, 6, 5, 3], 4), vec![6, 5, 3]);
+        // Only "5 3" occurred before (latest at 3), and what follows runs to the end.
+        assert_eq!(lookup(&[3, 7, 5, 3, 6, 4, 5, 3], 4), vec![6, 4, 5, 3]);
+        // A single token matching is not enough.
+        assert_eq!(lookup(&[3, 7, 8, 4, 4, 3], 4), Vec::<u32>::new());
         // Nothing repeats.
         assert_eq!(lookup(&[1, 2, 3], 4), Vec::<u32>::new());
         assert_eq!(lookup(&[5], 4), Vec::<u32>::new());
         assert_eq!(lookup(&[], 4), Vec::<u32>::new());
         // A run of one token: the latest earlier match overlaps the tail.
         assert_eq!(lookup(&[4, 4, 4, 4], 3), vec![4]);
+        assert_eq!(lookup(&[4, 4], 3), Vec::<u32>::new());
     }
 
     #[test]

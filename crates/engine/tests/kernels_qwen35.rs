@@ -838,3 +838,65 @@ fn gated_attention_extras_match_reference() {
         );
     }
 }
+
+/// A checkpoint (`Step::checkpoint_after`): a step of several tokens of the sequence in slot 0
+/// also leaves the state after token k in slot 1 — conv1d's window exactly, the delta rule's
+/// state against the f64 recurrence over the first k + 1 tokens (tolerance as above) — while
+/// its outputs and slot 0's final state keep the bits of the same step without one.
+#[test]
+fn recurrent_kernels_write_checkpoints() {
+    let gpu = gpu_or_skip!();
+    let mut r = seeded();
+    let (n, k) = (5usize, 2usize);
+    let step = || Step::for_sequence(n as u32, 7, 0, SLOT_CONTEXT);
+    let marked = || step().checkpoint_after(k, 1);
+
+    let (ch, taps) = (300usize, 4usize);
+    let slot_len = (taps - 1) * ch;
+    let x = uniform(&mut r, n * ch, -2.0, 2.0);
+    let w = uniform(&mut r, ch * taps, -1.0, 1.0);
+    let state0 = uniform(&mut r, slot_len, -2.0, 2.0);
+    let (_, want_ckpt) = conv_reference(&wide(&x[..(k + 1) * ch]), &w, &wide(&state0), ch, taps);
+    let (wb, xb) = (gpu.upload(&w), gpu.upload(&x));
+    let mut runs = Vec::new();
+    for s in [step(), marked()] {
+        let state = gpu.upload(&[&state0[..], &vec![9.0; slot_len][..]].concat());
+        let y = gpu.zeros(n * ch);
+        let sb = gpu.step_of(s);
+        let d = ops::conv1d::conv1d(&gpu.0, &xb, &wb, &state, &y, ch as u32, taps as u32, &sb);
+        gpu.run(&[d.unwrap()], n);
+        runs.push((gpu.read(&y, n * ch), gpu.read(&state, 2 * slot_len)));
+    }
+    let ((y0, s0), (y1, s1)) = (&runs[0], &runs[1]);
+    assert!(same_bits(y0, y1) && same_bits(&s0[..slot_len], &s1[..slot_len]));
+    assert!(
+        s0[slot_len..].iter().all(|&v| v == 9.0),
+        "no checkpoint: slot 1 untouched"
+    );
+    check(&s1[slot_len..], &want_ckpt, 0.0, 1.0, "conv1d checkpoint");
+
+    for shape in deltanet_shapes() {
+        let what = format!("delta_net checkpoint {shape:?}");
+        let case = DeltaCase::new(&mut r, shape, n);
+        let len = shape.state_len() as usize;
+        let mut want_ckpt = wide(&case.state0);
+        let first: Vec<usize> = (0..=k).collect();
+        case.reference_on(&first, &mut want_ckpt);
+        let mut runs = Vec::new();
+        for s in [step(), marked()] {
+            let state = gpu.upload(&[&case.state0[..], &vec![9.0; len][..]].concat());
+            let out = case.run_on(&gpu, &state, &[(n, false)], |_, _| s);
+            runs.push((out, gpu.read(&state, 2 * len)));
+        }
+        let ((o0, s0), (o1, s1)) = (&runs[0], &runs[1]);
+        assert!(
+            same_bits(o0, o1) && same_bits(&s0[..len], &s1[..len]),
+            "{what}: the checkpoint changed the step"
+        );
+        assert!(
+            s0[len..].iter().all(|&v| v == 9.0),
+            "{what}: slot 1 written without one"
+        );
+        check_delta(&s1[len..], &want_ckpt, what);
+    }
+}

@@ -3,7 +3,7 @@
 //! unit-tested natively.
 
 use lilypad_engine::models::ModelConfig;
-use lilypad_engine::{AdapterSummary, DType, GpuContext, Model, ModelOptions};
+use lilypad_engine::{AdapterSummary, DType, Draft, GpuContext, Model, ModelOptions};
 use lilypad_lm::{Completion, FinishReason, Message, Sampling};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -29,9 +29,22 @@ pub struct LoadOptions {
     /// What to call the adapter in messages: the browser describes it to the page (vendor,
     /// architecture), while wgpu gets no name for it.
     pub adapter_name: Option<String>,
+    /// Speculative decoding (the same output, fewer steps when drafts are right): "lookup"
+    /// or "lookup:N" drafts up to N tokens (default 4) from what followed the latest earlier
+    /// occurrence of the last few tokens; "mtp" drafts one with Qwen3.5's
+    /// multi-token-prediction layer (loaded for it).
+    #[ts(type = "'mtp' | 'lookup' | `lookup:${number}`", optional)]
+    pub draft: Option<String>,
 }
 
 impl LoadOptions {
+    pub fn draft(&self) -> Result<Option<Draft>, WebError> {
+        self.draft
+            .as_deref()
+            .map(|s| s.parse().map_err(WebError::request))
+            .transpose()
+    }
+
     pub fn kv_cache(&self) -> Result<DType, WebError> {
         match &self.kv_cache {
             None => Ok(ModelOptions::default().kv_cache),
@@ -291,6 +304,8 @@ pub struct ModelInfo {
     #[ts(type = "'f16' | 'f32'")]
     pub kv_cache: &'static str,
     pub gpu_activation_bytes: u64,
+    /// Speculative decoding's draft ("mtp", "lookup:N"), when one is set.
+    pub draft: Option<String>,
 }
 
 impl ModelInfo {
@@ -311,6 +326,7 @@ impl ModelInfo {
             gpu_kv_cache_bytes: model.plan.kv_cache,
             kv_cache: model.kv_cache.name(),
             gpu_activation_bytes: model.plan.activations,
+            draft: model.draft().map(|d| d.to_string()),
         }
     }
 }

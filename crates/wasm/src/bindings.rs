@@ -10,7 +10,7 @@ use std::sync::Arc;
 use js_sys::{Function, Promise};
 use lilypad_chat::{ChatSession, PrefixStore};
 use lilypad_engine::{
-    AdapterOptions, EngineError, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions,
+    AdapterOptions, Draft, EngineError, GpuContext, LlamaConfig, LoadProgress, Model, ModelOptions,
 };
 use lilypad_gguf::GgufFile;
 use lilypad_lm::{PromptProgress, Request};
@@ -191,15 +191,18 @@ pub async fn load_engine(
             let _ = on_progress.call1(&JsValue::NULL, &event);
         }
     };
+    let draft = options.draft()?;
     let opts = ModelOptions {
         context: options.context,
         max_chunk_bytes: options.max_chunk_bytes,
         kv_cache: options.kv_cache()?,
+        mtp: draft == Some(Draft::Mtp),
         ..Default::default()
     };
     let mut model = Model::load(gpu.clone(), &file, &src, &opts, &mut report)
         .await
         .map_err(WebError::from)?;
+    model.set_draft(draft).map_err(WebError::from)?;
     if let Some(adapter) = &adapter {
         model.set_lora(Some(adapter)).map_err(lora::apply_error)?;
     }

@@ -34,6 +34,13 @@ export interface LoadOptions {
   maxChunkBytes?: number;
   /** The KV cache's element type: 'f16' (the default) halves its memory, 'f32' keeps every bit. */
   kvCache?: 'f16' | 'f32';
+  /**
+   * Speculative decoding: the same output, fewer steps when drafts are right. 'lookup' or
+   * 'lookup:N' drafts up to N tokens (default 4) from what followed the latest earlier
+   * occurrence of the last few tokens (edits and quotations of the context); 'mtp' drafts one
+   * with Qwen3.5's multi-token-prediction layer.
+   */
+  draft?: 'mtp' | 'lookup' | `lookup:${number}`;
   /** Bytes per HTTP Range request while downloading. */
   downloadChunkBytes?: number;
 }

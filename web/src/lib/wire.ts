@@ -83,6 +83,13 @@ export type LoadOptions = {
    * architecture), while wgpu gets no name for it.
    */
   adapter_name?: string;
+  /**
+   * Speculative decoding (the same output, fewer steps when drafts are right): "lookup"
+   * or "lookup:N" drafts up to N tokens (default 4) from what followed the latest earlier
+   * occurrence of the last few tokens; "mtp" drafts one with Qwen3.5's
+   * multi-token-prediction layer (loaded for it).
+   */
+  draft?: 'mtp' | 'lookup' | `lookup:${number}`;
 };
 
 /**
@@ -267,6 +274,10 @@ export type ModelInfo = {
    */
   kv_cache: 'f16' | 'f32';
   gpu_activation_bytes: number;
+  /**
+   * Speculative decoding's draft ("mtp", "lookup:N"), when one is set.
+   */
+  draft: string | null;
 };
 
 /**

@@ -82,6 +82,7 @@ async function load(id: number, source: ModelSource, options: LoadOptions, lora?
         context: options.context,
         max_chunk_bytes: options.maxChunkBytes,
         kv_cache: options.kvCache,
+        draft: options.draft,
         adapter_name: [adapter.vendor, adapter.architecture, adapter.description].filter(Boolean).join(' ') || undefined,
       } satisfies WireLoadOptions,
       (p: UploadProgress) =>

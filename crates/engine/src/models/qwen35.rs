@@ -292,7 +292,7 @@ impl Qwen35Config {
         plan.kv_cache = 2 * n_attention * kv_layer;
         let n_delta = self.n_layer as u64 - self.n_attention_layers() as u64;
         let state = self.delta.state_len() * 4;
-        plan.recurrent_state = n_delta * (state + self.conv_state_len() * 4);
+        plan.recurrent_slot = n_delta * (state + self.conv_state_len() * 4);
         plan.kv_layer = kv_layer;
         plan.recurrent_buffer = state.max(self.conv_state_len() * 4);
         let b = max_batch as u64;
@@ -305,7 +305,7 @@ impl Qwen35Config {
             .max(b * self.vocab as u64 * 4)
             .max(state)
             .max(self.delta.chunk_scratch_bytes(max_batch));
-        plan
+        plan.with_sequences(1)
     }
 
     /// f32 values of one DeltaNet layer's conv state: the last kernel − 1 inputs.
@@ -328,9 +328,9 @@ pub struct DeltaNet {
     pub dt_bias: Tensor,
     pub out_norm: Tensor,
     pub out: Linear,
-    /// [slots, kernel − 1, channels]: the conv's last inputs.
+    /// [slots + 1, kernel − 1, channels]: the conv's last inputs.
     conv_state: wgpu::Buffer,
-    /// [slots, n_v, d_k, d_v]: the delta rule's state.
+    /// [slots + 1, n_v, d_k, d_v]: the delta rule's state.
     state: wgpu::Buffer,
     conv_slot_bytes: u64,
     state_slot_bytes: u64,
@@ -368,8 +368,15 @@ impl DeltaNet {
             dt_bias: l.small(&n("ssm_dt.bias"), "ssm_dt.bias")?,
             out_norm: l.small(&n("ssm_norm.weight"), "ssm_norm")?,
             out: l.linear(&n("ssm_out.weight"))?,
-            conv_state: l.f32s("conv state", l.sequences as u64 * cfg.conv_state_len())?,
-            state: l.f32s("delta state", l.sequences as u64 * cfg.delta.state_len())?,
+            // A slot per sequence, then the checkpoint slot (`Model::checkpoint_slot`).
+            conv_state: l.f32s(
+                "conv state",
+                (l.sequences as u64 + 1) * cfg.conv_state_len(),
+            )?,
+            state: l.f32s(
+                "delta state",
+                (l.sequences as u64 + 1) * cfg.delta.state_len(),
+            )?,
             conv_slot_bytes: cfg.conv_state_len() * 4,
             state_slot_bytes: cfg.delta.state_len() * 4,
         })

@@ -34,7 +34,9 @@ pub struct Step {
     pub pos0: u32,
     pub kv_len: u32,
     pub _pad: u32,
-    /// Per token: position, KV-cache row (slot · context + position), sequence slot, 0.
+    /// Per token: position, KV-cache row (slot · context + position), sequence slot, and 0 or
+    /// 1 + the slot that also receives the recurrent state after the token
+    /// ([`Step::checkpoint_after`]).
     pub tok: [[u32; 4]; MAX_STEP_TOKENS],
 }
 
@@ -64,6 +66,15 @@ impl Step {
             *tok = [pos, slot * context + pos, slot, 0];
         }
         s
+    }
+
+    /// Marks token `t` as a checkpoint: the recurrent kernels also write the sequence's state
+    /// after it (conv window, delta-rule state) into `slot`. Only the recurrent forms honour
+    /// it (steps of batch graphs, `GraphIo::multi_sequence`, and decode steps), not the chunked
+    /// prefill.
+    pub fn checkpoint_after(mut self, t: usize, slot: u32) -> Self {
+        self.tok[t][3] = slot + 1;
+        self
     }
 
     /// One token each of several sequences: (slot, position) per token.
