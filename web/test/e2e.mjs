@@ -35,6 +35,22 @@ const MODEL = resolve(process.env.LILYPAD_MODEL ?? join(here, '../../models/Smol
 const BIN = process.env.LILYPAD_BIN;
 const PROMPT = '<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n';
 const MAX_TOKENS = 32;
+const RENAME_PROMPT = `Rename the variable \`total\` to \`running_sum\` in this Python function and reply with the whole function.
+
+\`\`\`python
+def summarize(values):
+    total = 0
+    count = 0
+    for value in values:
+        if value is None:
+            continue
+        total += value
+        count += 1
+    if count == 0:
+        return {"total": 0, "mean": None}
+    return {"total": total, "mean": total / count}
+\`\`\`
+`;
 const LORA = resolve(here, '../../tests/fixtures/lora');
 const LORA_MODEL = join(LORA, 'llama-tiny/model/model.gguf');
 const LORA_PROMPT = 'The quick brown fox';
@@ -485,6 +501,34 @@ try {
   assert.ok(refusal.ms < 10_000, `refused before any upload: ${refusal.ms} ms`);
   assert.ok(nativeText.startsWith(refusal.text) && refusal.text.length > 0, `${JSON.stringify(refusal.text)} begins ${JSON.stringify(nativeText)}`);
   results.too_large = { ms: refusal.ms, message: refusal.message };
+
+  step('speculative decoding: prompt-lookup drafts give the same text, in fewer steps');
+  // An edit of code in the prompt, which the answer copies: what lookup drafts are for.
+  const spec = await page.evaluate(async ({ modelUrl, prompt }) => {
+    const engine = globalThis.lilypadEngine();
+    const run = async (draft) => {
+      await engine.load({ kind: 'url', url: modelUrl }, draft ? { draft } : {});
+      const info = await engine.info();
+      const c = await engine.chat.completions.create({
+        messages: [{ role: 'user', content: prompt }],
+        max_tokens: 100,
+        temperature: 0,
+      });
+      return {
+        draft: info.model.draft ?? null,
+        text: c.choices[0].message.content,
+        tokens: c.usage.completion_tokens,
+        tokensPerS: c.timings.decode_tokens_per_s,
+      };
+    };
+    return { plain: await run(undefined), lookup: await run('lookup:4') };
+  }, { modelUrl: `${server.url}${modelPath}`, prompt: RENAME_PROMPT });
+  console.log(`  plain ${spec.plain.tokensPerS.toFixed(1)} tok/s, lookup:4 ${spec.lookup.tokensPerS.toFixed(1)} tok/s (${(spec.lookup.tokensPerS / spec.plain.tokensPerS).toFixed(2)}x), ${spec.lookup.tokens} tokens`);
+  assert.equal(spec.plain.draft, null);
+  assert.equal(spec.lookup.draft, 'lookup:4');
+  assert.equal(spec.lookup.text, spec.plain.text, 'the drafts change the speed, not the text');
+  assert.ok(spec.plain.tokens > 20, JSON.stringify(spec.plain));
+  results.speculative = { plain_tokens_per_s: spec.plain.tokensPerS, lookup_tokens_per_s: spec.lookup.tokensPerS, tokens: spec.lookup.tokens };
 
   step('a GPU device lost mid-generation, then the model loaded again');
   await page.goto(`${server.url}/?debug`);

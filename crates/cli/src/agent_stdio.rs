@@ -171,7 +171,12 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
             context,
             adapter,
             lora,
+            draft,
         } => {
+            let draft = draft
+                .map(|d| d.parse::<lilypad_engine::Draft>())
+                .transpose()
+                .map_err(|e| Failure(ErrorCode::Model, format!("draft: {e}")))?;
             let args = ModelArgs {
                 model: path.clone(),
                 sha256: None,
@@ -179,7 +184,7 @@ pub fn serve(line: &str, cancel: &AtomicBool, emit: &mut dyn FnMut(&Event)) -> R
                 quantize: Default::default(),
                 context,
                 kv_cache: lilypad_engine::ModelOptions::default().kv_cache,
-                draft: None,
+                draft,
                 adapter,
                 quiet: true,
             };

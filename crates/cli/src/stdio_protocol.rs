@@ -47,6 +47,10 @@ pub enum ModelSpec {
         #[serde(default)]
         #[ts(optional)]
         lora: Option<PathBuf>,
+        /// Speculative decoding's draft: "lookup", "lookup:N" or "mtp" (`--draft`).
+        #[serde(default)]
+        #[ts(optional)]
+        draft: Option<String>,
     },
     /// A JSON file with replies to replay: a recorded trajectory, `{"replies": [...]}` or a
     /// bare array of strings (for tests and replays).

@@ -168,3 +168,31 @@ fn python_children_die_with_the_program() {
         "the detached child outlived its program"
     );
 }
+
+/// A GGUF model with a draft for speculative decoding runs the agent with it; a draft the
+/// engine does not know is one JSON error naming it.
+#[test]
+fn a_gguf_model_takes_a_draft() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/qwen/qwen3-tiny/model.gguf");
+    let line = |draft: &str| {
+        let mut line = json!({
+            "type": "solve", "task": "t", "root": "/repo",
+            "model": {"gguf": {"path": model, "draft": draft, "context": 512}},
+            "repo": {"files": [{"path": "a.py", "text": "x = 1\n"}]},
+            "settings": {"max_steps": 1, "max_tokens_per_step": 24, "temperature": 0},
+        })
+        .to_string()
+        .into_bytes();
+        line.push(b'\n');
+        line
+    };
+    let (events, code) = agent_stdio(&line("lookup:2"));
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done", "{events:?}");
+    assert_eq!(code, Some(0), "{done}");
+    let (events, code) = agent_stdio(&line("medusa"));
+    assert_eq!(code, Some(2), "{events:?}");
+    let message = events.last().unwrap()["message"].as_str().unwrap();
+    assert!(message.contains("medusa"), "{message}");
+}

@@ -130,6 +130,7 @@ function viewSettings(): ViewSettings {
   return {
     model: (config.get<string>('model') ?? '').trim(),
     lora: (config.get<string>('lora') ?? '').trim(),
+    draft: config.get<ViewSettings['draft']>('draft') ?? 'none',
     maxSteps: config.get<number>('maxSteps') ?? 30,
     thinking: config.get<boolean>('thinking') ?? true,
     temperature: config.get<number>('temperature') ?? 0.6,

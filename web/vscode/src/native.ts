@@ -47,6 +47,7 @@ export class NativeAgent {
     if (!model) throw new Error('choose a model first (lilypad: Choose model)');
     const lora = (config.get<string>('lora') ?? '').trim();
     const scripted = model.startsWith('scripted:');
+    const draft = config.get<string>('draft') ?? 'none';
     // `lilypad agent-stdio` reads an adapter folder on this machine; a folder URL is for the
     // view's engine only: say so rather than pass it over silently.
     const loraFolder = lora && !scripted && isModelFile(lora) ? localPath(lora) : undefined;
@@ -59,7 +60,13 @@ export class NativeAgent {
       task,
       model: scripted
         ? { scripted: model.slice('scripted:'.length) }
-        : { gguf: loraFolder ? { path: model, lora: loraFolder } : { path: model } },
+        : {
+            gguf: {
+              path: model,
+              ...(loraFolder && { lora: loraFolder }),
+              ...(draft !== 'none' && { draft }),
+            },
+          },
       repo: { folder: root.fsPath },
       settings: {
         max_steps: config.get<number>('maxSteps'),

@@ -62,6 +62,8 @@ export interface ViewSettings {
   model: string;
   /** As configured: a PEFT LoRA adapter's folder, a URL or a path on this machine; '' for none. */
   lora: string;
+  /** Speculative decoding's draft (the lilypad.draft setting). */
+  draft: 'none' | 'lookup' | 'mtp';
   maxSteps: number;
   thinking: boolean;
   temperature: number;

@@ -12,7 +12,7 @@ export type RepoSpec =
   | { "files": Array<FileSpec> };
 
 export type ModelSpec =
-  | { "gguf": { path: string, context?: number, adapter?: string, lora?: string } }
+  | { "gguf": { path: string, context?: number, adapter?: string, lora?: string, draft?: string } }
   | { "scripted": string };
 
 /**

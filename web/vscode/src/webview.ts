@@ -59,6 +59,7 @@ function engineFor(model: string, onStatus: (t: string) => void): Promise<Engine
     const engine = await createEngine({
       model: source,
       ...(adapter && { lora: adapter }),
+      ...(settings.draft !== 'none' && { draft: settings.draft }),
       startWorker,
       onProgress: (p) => {
         if (p.phase === 'ready') document.body.dataset.modelFromCache = String(p.fromCache);
