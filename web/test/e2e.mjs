@@ -519,16 +519,24 @@ try {
         text: c.choices[0].message.content,
         tokens: c.usage.completion_tokens,
         tokensPerS: c.timings.decode_tokens_per_s,
+        draftAccepted: c.timings.draft_accepted,
       };
     };
     return { plain: await run(undefined), lookup: await run('lookup:4') };
   }, { modelUrl: `${server.url}${modelPath}`, prompt: RENAME_PROMPT });
-  console.log(`  plain ${spec.plain.tokensPerS.toFixed(1)} tok/s, lookup:4 ${spec.lookup.tokensPerS.toFixed(1)} tok/s (${(spec.lookup.tokensPerS / spec.plain.tokensPerS).toFixed(2)}x), ${spec.lookup.tokens} tokens`);
+  console.log(`  plain ${spec.plain.tokensPerS.toFixed(1)} tok/s, lookup:4 ${spec.lookup.tokensPerS.toFixed(1)} tok/s (${(spec.lookup.tokensPerS / spec.plain.tokensPerS).toFixed(2)}x), ${spec.lookup.tokens} tokens of which ${spec.lookup.draftAccepted} drafted`);
+  assert.equal(spec.plain.draftAccepted, 0);
+  assert.ok(spec.lookup.draftAccepted > 0, JSON.stringify(spec.lookup));
   assert.equal(spec.plain.draft, null);
   assert.equal(spec.lookup.draft, 'lookup:4');
   assert.equal(spec.lookup.text, spec.plain.text, 'the drafts change the speed, not the text');
   assert.ok(spec.plain.tokens > 20, JSON.stringify(spec.plain));
-  results.speculative = { plain_tokens_per_s: spec.plain.tokensPerS, lookup_tokens_per_s: spec.lookup.tokensPerS, tokens: spec.lookup.tokens };
+  results.speculative = {
+    plain_tokens_per_s: spec.plain.tokensPerS,
+    lookup_tokens_per_s: spec.lookup.tokensPerS,
+    tokens: spec.lookup.tokens,
+    draft_accepted: spec.lookup.draftAccepted,
+  };
 
   step('a GPU device lost mid-generation, then the model loaded again');
   await page.goto(`${server.url}/?debug`);

@@ -165,6 +165,7 @@ impl<'a, M: LanguageModel> Run<'a, M> {
             generated_tokens: completion.generated_tokens,
             prefill_ms: completion.prefill_ms,
             decode_ms: completion.decode_ms,
+            draft_accepted: completion.draft_accepted,
             calls: Vec::new(),
         };
         let stop = match completion.finish {

@@ -27,6 +27,7 @@ impl ScriptedModel {
                 generated_tokens: t.split_whitespace().count(),
                 prefill_ms: 0.0,
                 decode_ms: 0.0,
+                draft_accepted: 0,
             })
             .collect();
         Self {
@@ -54,6 +55,7 @@ impl ScriptedModel {
                     generated_tokens: s.generated_tokens,
                     prefill_ms: s.prefill_ms,
                     decode_ms: s.decode_ms,
+                    draft_accepted: s.draft_accepted,
                 })
                 .collect(),
             seen_messages: Vec::new(),

@@ -42,6 +42,10 @@ pub struct StepRecord {
     pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Generated tokens a draft proposed and the model kept (speculative decoding).
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(optional, as = "Option<usize>"))]
+    pub draft_accepted: usize,
     pub calls: Vec<CallRecord>,
 }
 

@@ -300,6 +300,7 @@ impl ChatSession {
                     generated_tokens,
                     prefill_ms: (first - start).as_secs_f64() * 1e3,
                     decode_ms: (end - first).as_secs_f64() * 1e3,
+                    draft_accepted: 0,
                 };
                 Ok((completion, t, prompt.clone()))
             })
@@ -399,6 +400,10 @@ impl ChatSession {
             generated_tokens: generation.tokens.len(),
             prefill_ms: (first - start).as_secs_f64() * 1e3,
             decode_ms: (end - first).as_secs_f64() * 1e3,
+            draft_accepted: match self.model.draft() {
+                Some(_) => self.model.speculative_stats().accepted,
+                None => 0,
+            },
         };
         Ok((completion, generation.tokens))
     }
@@ -666,6 +671,7 @@ impl ChatSession {
                 generated_tokens: 0,
                 prefill_ms: opening_ms,
                 decode_ms: 0.0,
+                draft_accepted: 0,
             });
         }
         let (mut completion, generated) = self

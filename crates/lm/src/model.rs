@@ -78,6 +78,11 @@ pub struct Completion {
     pub generated_tokens: usize,
     pub prefill_ms: f64,
     pub decode_ms: f64,
+    /// Generated tokens that a draft proposed and the model kept (speculative decoding): the
+    /// generation took `generated_tokens - draft_accepted` steps of the model.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(optional, as = "Option<usize>"))]
+    pub draft_accepted: usize,
 }
 
 #[derive(Debug, Error)]

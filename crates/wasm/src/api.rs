@@ -153,6 +153,8 @@ pub struct Timings {
     pub decode_ms: f64,
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
+    /// Generated tokens a draft proposed and the model kept (`LoadOptions.draft`).
+    pub draft_accepted: usize,
 }
 
 /// One finished generation: the JS side wraps it into OpenAI's completion objects.
@@ -186,6 +188,7 @@ impl GenerationResult {
                 decode_ms: c.decode_ms,
                 prefill_tokens_per_s: per_second(c.prefilled_tokens, c.prefill_ms),
                 decode_tokens_per_s: per_second(decoded, c.decode_ms),
+                draft_accepted: c.draft_accepted,
             },
             tokens,
         }
@@ -418,6 +421,7 @@ mod tests {
             generated_tokens: 5,
             prefill_ms: 500.0,
             decode_ms: 200.0,
+            draft_accepted: 0,
         };
         let r = GenerationResult::new(&c, Some(vec![1, 2]));
         assert_eq!(r.finish_reason, StopReason::Stop);

@@ -32,6 +32,10 @@ export type StepRecord = {
   generated_tokens: number;
   prefill_ms: number;
   decode_ms: number;
+  /**
+   * Generated tokens a draft proposed and the model kept (speculative decoding).
+   */
+  draft_accepted?: number;
   calls: Array<CallRecord>;
 };
 

@@ -60,6 +60,11 @@ export type Completion = {
   generated_tokens: number;
   prefill_ms: number;
   decode_ms: number;
+  /**
+   * Generated tokens that a draft proposed and the model kept (speculative decoding): the
+   * generation took `generated_tokens - draft_accepted` steps of the model.
+   */
+  draft_accepted?: number;
 };
 
 /**
@@ -197,6 +202,10 @@ export type Timings = {
   decode_ms: number;
   prefill_tokens_per_s: number;
   decode_tokens_per_s: number;
+  /**
+   * Generated tokens a draft proposed and the model kept (`LoadOptions.draft`).
+   */
+  draft_accepted: number;
 };
 
 /**
