@@ -4,7 +4,7 @@
 // Macros: one weight type flag (see common/quant.wgsl), WG, TILE, ACCUMULATE (adds into y),
 // ROW_PER_THREAD (the layout for CPU-like adapters, below) and, with it, the weight family
 // (BLOCK32: Q4_0/Q4_1/Q8_0, KQUANT: Q4_K/Q5_K/Q6_K, neither: F16/BF16/F32), RPT rows per
-// thread (4, 8 with ROWS8, 16 with ROWS8 and ROWS16), TILE8 or TILE4 (tokens per thread) and
+// thread (4, 8 with ROWS8, 16 with ROWS8 and ROWS16), TILE8, TILE4 or TILE2 (tokens per thread) and
 // SUBGROUPS (native only: activations shared by subgroup broadcasts) and SCALES4 (Q4_K/Q5_K:
 // the block's scale words as one vec4, bound again at binding 7).
 
@@ -391,6 +391,36 @@ fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
     }
 }
 #else
+#if TILE2
+// Two tokens (a speculative check of one draft token): a row's dots are a vec2, four rows' a
+// mat4x2 (column = row).
+struct Xt { a: Xs, b: Xs }
+alias Acc = mat4x2<f32>;
+
+fn load_xt(t0: u32, tl: u32, c: u32) -> Xt {
+    return Xt(load_x(min(t0, tl), c), load_x(min(t0 + 1u, tl), c));
+}
+
+fn row_dots(row: u32, c: u32, xt: Xt) -> vec2<f32> {
+    let w = load_w(row, c);
+    return vec2<f32>(wdot(w, xt.a), wdot(w, xt.b));
+}
+
+fn rows4(row: u32, last: u32, c: u32, xt: Xt, acc: Acc) -> Acc {
+    return acc + mat4x2<f32>(row_dots(min(row, last), c, xt), row_dots(min(row + 1u, last), c, xt),
+                             row_dots(min(row + 2u, last), c, xt), row_dots(min(row + 3u, last), c, xt));
+}
+
+fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
+    for (var i = 0u; i < 4u; i++) {
+        if row + i < p.rows {
+            for (var t = 0u; t < n_tile; t++) {
+                store(row + i, t0 + t, acc[i][t]);
+            }
+        }
+    }
+}
+#else
 // One token: four rows' dots are a vec4.
 alias Xt = Xs;
 alias Acc = vec4<f32>;
@@ -411,6 +441,7 @@ fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
         }
     }
 }
+#endif
 #endif
 #endif
 

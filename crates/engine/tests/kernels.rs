@@ -321,9 +321,12 @@ fn matvec_matches_reference() {
                 (13, 8, None, false),
                 (5, 8, Some(2000u64), true),
                 (1, 1, Some(1500), true),
-                // Steps of a few tokens: the row-per-thread layout's 4-token tile.
+                // Steps of a few tokens: the row-per-thread layout's 4-token tile, and its
+                // 2-token one.
                 (3, 8, None, false),
                 (4, 8, Some(2000), true),
+                (2, 8, None, false),
+                (2, 8, Some(2000), true),
             ] {
                 for layout in MATVEC_LAYOUTS {
                     let w = GpuWeight::upload(&ctx, "w", ty, rows as u64, cols as u64, &bytes, cap)

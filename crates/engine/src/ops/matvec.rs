@@ -65,7 +65,7 @@ pub const PREFILL_TILE: u32 = 8;
 /// y[t, j] (+)= Σ_c W[j, c] · x[t, c] for the step's tokens.
 /// Shapes: x [T, W.cols], y [T, y_stride] with W.rows ≤ y_stride. `tile` is 1 for decode
 /// or [`PREFILL_TILE`] (the row-per-thread layout runs any tile above 1 as 8 tokens per
-/// thread, and steps of up to 4 tokens as 4); one dispatch per weight chunk.
+/// thread, steps of up to 4 tokens as 4 and of 2 as 2); one dispatch per weight chunk.
 pub fn matvec(
     ctx: &GpuContext,
     w: &GpuWeight,
@@ -123,8 +123,9 @@ pub fn matvec_with(
             dispatches(ctx, w, &macros, [x, y, step], y_stride, 1, tile, false)
         }
         MatvecLayout::RowPerThread { subgroups, rows } if tile > 1 => {
-            // Steps of a few tokens (batched decode) get a 4-token tile: the 8-token one
-            // would do the work of 8 tokens for them.
+            // Steps of a few tokens (batched decode) get a 4-token tile, and steps of two (a
+            // speculative check of one draft token) a 2-token one: the 8-token tile would do
+            // the work of 8 tokens for them.
             let tiled = |tile| {
                 let (m, rows_per_group) =
                     row_per_thread(ctx, w, macros.clone(), subgroups, rows, tile)?;
@@ -141,10 +142,13 @@ pub fn matvec_with(
             };
             let wide = tiled(CPU_TILE)?;
             let small = tiled(SMALL_TILE)?;
+            let pair = tiled(2)?;
             Ok(wide
                 .into_iter()
-                .zip(small)
-                .map(|(wide, small)| wide.with_few_tokens(SMALL_TILE, small))
+                .zip(small.into_iter().zip(pair))
+                .map(|(wide, (small, pair))| {
+                    wide.with_few_tokens(SMALL_TILE, small.with_few_tokens(2, pair))
+                })
                 .collect())
         }
         MatvecLayout::RowPerThread { subgroups, rows } => {
@@ -160,7 +164,7 @@ pub fn matvec_with(
 /// k-quants' decoding is shared by more tokens there).
 const SMALL_TILE: u32 = 4;
 
-/// The row-per-thread layout's macros for `tile` tokens per thread (1, 4 or 8), and the
+/// The row-per-thread layout's macros for `tile` tokens per thread (1, 2, 4 or 8), and the
 /// rows a workgroup covers.
 fn row_per_thread(
     ctx: &GpuContext,
@@ -177,6 +181,7 @@ fn row_per_thread(
     match tile {
         8 => macros = macros.flag("TILE8"),
         4 => macros = macros.flag("TILE4"),
+        2 => macros = macros.flag("TILE2"),
         _ => {}
     }
     // How many weights one step of the column loop decodes (the shader's families).
