@@ -537,6 +537,17 @@ try {
     tokens: spec.lookup.tokens,
     draft_accepted: spec.lookup.draftAccepted,
   };
+  // The playground's own control: the draft chosen before Load, shown in the model's info and
+  // counted in the reply's stats.
+  await page.goto(`${server.url}/?debug`);
+  await page.waitForFunction(() => document.getElementById('gpu-status').dataset.ok !== undefined);
+  await page.selectOption('#draft', 'lookup');
+  assert.equal((await loadModel(preset('smollm2-135m'))).state, 'ready', JSON.stringify(await errorShown()));
+  assert.ok((await page.textContent('#info')).includes('Speculative decodinglookup:4'), await page.textContent('#info'));
+  const drafted = await generate(RENAME_PROMPT, { raw: false, maxTokens: 60 });
+  assert.ok(Number(drafted.stats.draftAccepted) > 0, JSON.stringify(drafted.stats));
+  assert.ok(spec.plain.text.startsWith(drafted.text.trim().slice(0, 40)), `${JSON.stringify(drafted.text)} vs ${JSON.stringify(spec.plain.text)}`);
+  console.log(`  the playground with "prompt lookup": ${drafted.stats.draftAccepted} of ${drafted.tokens?.length ?? '?'} tokens drafted`);
 
   step('a GPU device lost mid-generation, then the model loaded again');
   await page.goto(`${server.url}/?debug`);

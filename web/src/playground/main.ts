@@ -4,7 +4,7 @@
  * state is mirrored in `body[data-state]` and data attributes, which the end-to-end test reads.
  */
 import {
-  type Engine, type LoraAdapter, type LoraInfo, type Progress, LilypadError, createEngine,
+  type CreateEngineOptions, type Engine, type LoraAdapter, type LoraInfo, type Progress, LilypadError, createEngine,
   deleteCachedModel, deletePromptStates, listCachedModels, loraFromFiles, promptStatesUsage,
 } from '../lib/index';
 import { ChatView, stopOnEscape } from '../ui/chat';
@@ -19,6 +19,7 @@ const ui = {
   loraFiles: $<HTMLInputElement>('lora-files'),
   loraApply: $<HTMLButtonElement>('lora-apply'),
   loraRemove: $<HTMLButtonElement>('lora-remove'),
+  draft: $<HTMLSelectElement>('draft'),
   load: $<HTMLButtonElement>('load'),
   cancelLoad: $<HTMLButtonElement>('cancel-load'),
   progress: $<HTMLProgressElement>('load-progress'),
@@ -148,7 +149,8 @@ async function load(source: string | File | undefined = chooser.source()) {
   const started = performance.now();
   try {
     loading = new AbortController();
-    engine = await createEngine({ model: source, lora, onProgress, signal: loading.signal, maxChunkBytes });
+    const draft = (ui.draft.value || undefined) as CreateEngineOptions['draft'];
+    engine = await createEngine({ model: source, lora, onProgress, signal: loading.signal, maxChunkBytes, draft });
     document.body.dataset.loadMs = String(Math.round(performance.now() - started));
     await showInfo(engine);
     clearConversation();
@@ -201,6 +203,7 @@ async function showInfo(e: Engine) {
     ['Context', `${model.context} tokens`],
     ['GPU memory', `${mib(model.gpu_weights_bytes)} weights, ${mib(model.gpu_kv_cache_bytes)} KV cache (${model.kv_cache}), ${mib(model.gpu_activation_bytes)} activations`],
     ['LoRA adapter', describeLora(lora)],
+    ['Speculative decoding', model.draft ?? 'off'],
   ];
   ui.info.replaceChildren(
     ...rows.flatMap(([k, v]) => [Object.assign(document.createElement('dt'), { textContent: k }), Object.assign(document.createElement('dd'), { textContent: v })]),

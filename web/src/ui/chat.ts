@@ -246,6 +246,8 @@ export class ChatView {
     if (usage.completion_tokens > 0) {
       parts.push(`reply ${usage.completion_tokens} tokens${timings.decode_tokens_per_s > 0 ? ` at ${timings.decode_tokens_per_s.toFixed(1)} tok/s` : ''}`);
     }
+    s.dataset.draftAccepted = String(timings.draft_accepted);
+    if (timings.draft_accepted > 0) parts.push(`${timings.draft_accepted} drafted`);
     if (firstMs !== undefined) parts.push(`first token after ${(firstMs / 1e3).toFixed(2)} s`);
     if (stopped) parts.push('stopped');
     s.textContent = parts.join(' · ');
