@@ -258,3 +258,35 @@ fn the_mtp_layer_drafts_without_changing_the_tokens() {
         assert!(err.to_string().contains("max_batch"), "{err}");
     }
 }
+
+/// A context that fills mid-draft: drafting stops where plain decoding stops, with the same
+/// tokens (the draft is cut to the room left), for a position-cached and a recurrent model.
+#[test]
+fn a_full_context_ends_drafting_where_plain_decoding_ends() {
+    for path in [MODELS[0], MODELS[2]] {
+        let src = MmapSource::open(repo_root().join("tests/fixtures").join(path)).unwrap();
+        let file = GgufFile::read(&src).unwrap();
+        let opts = ModelOptions {
+            context: Some(29),
+            ..options()
+        };
+        let Some(mut m) = load_model(&file, &src, &opts) else {
+            return;
+        };
+        let prompt = prompt(m.config.vocab());
+        let mut run = |draft| {
+            m.set_draft(draft).unwrap();
+            let greedy = SamplingParams::greedy();
+            generate(&mut m, &prompt, &greedy, 100, None, usize::MAX)
+        };
+        let want = run(None);
+        let got = run(Some(Draft::Lookup { max: 8 }));
+        assert_eq!(
+            want.len(),
+            29 - prompt.len() + 1,
+            "{path}: plain decoding fills the context"
+        );
+        assert_eq!(got, want, "{path}");
+        assert_eq!(m.tokens().len(), 29, "{path}");
+    }
+}
