@@ -432,3 +432,49 @@ fn multi_token_prediction_layer_matches_reference() {
         );
     }
 }
+
+/// A saved state carries the MTP layer's KV cache: a model that loads the state of the first
+/// 40 positions gives the reference MTP logits for the rest, as if it had read them all; a
+/// state saved without the layer is refused by a model with it (other keys), not mixed up.
+#[test]
+fn saved_states_carry_the_mtp_layers_cache() {
+    let f = fixture();
+    let bytes = qwen::with_mtp_layer(&f, None);
+    let dir = qwen::fixture_dir(NAME);
+    let reference: MtpReference =
+        serde_json::from_slice(&std::fs::read(dir.join("mtp.json")).unwrap()).unwrap();
+    let want = qwen::read_f32s(dir.join("mtp-logits.f32"));
+    let file = GgufFile::read(&bytes).unwrap();
+    let opts = ModelOptions {
+        mtp: true,
+        ..qwen::options(128, 80)
+    };
+    let load = || {
+        let mut m = qwen::load_model(&file, &bytes, &opts)?;
+        m.set_draft(Some(Draft::Mtp)).unwrap();
+        Some(m)
+    };
+    let Some(mut first) = load() else { return };
+    let (tokens, next) = (&reference.tokens, &reference.next);
+    pollster::block_on(first.mtp_logits(&tokens[..40], &next[..40])).unwrap();
+    let saved = pollster::block_on(first.save_state()).unwrap();
+    let mut second = load().unwrap();
+    second.load_state(&saved).unwrap();
+    let got = pollster::block_on(second.mtp_logits(&tokens[40..], &next[40..])).unwrap();
+    let vocab = f.vocab;
+    for (i, (g, w)) in got
+        .chunks(vocab)
+        .zip(want[40 * vocab..].chunks(vocab))
+        .enumerate()
+    {
+        let (abs, rel) = qwen::row_error(g, w);
+        assert!(rel < qwen::TOL, "position {}: max |Δ| {abs}", 40 + i);
+    }
+
+    let plain_opts = qwen::options(128, 80);
+    let mut plain = qwen::load_model(&file, &bytes, &plain_opts).unwrap();
+    pollster::block_on(plain.eval(&tokens[..40], Logits::None)).unwrap();
+    let without = pollster::block_on(plain.save_state()).unwrap();
+    let err = second.load_state(&without).unwrap_err();
+    assert!(matches!(err, EngineError::State(_)), "{err}");
+}

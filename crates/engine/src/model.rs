@@ -816,7 +816,9 @@ impl Model {
     /// cache's element type and, with a LoRA adapter, the adapter's fingerprint (after
     /// training steps, a value of its own per step: [`Model::adapter_changed`]).
     pub fn state_key(&self) -> String {
-        let base = format!("{}+kv:{}", self.identity, self.kv_cache);
+        // With the MTP layer loaded a state also holds its KV cache.
+        let mtp = if self.arch.has_mtp() { "+mtp" } else { "" };
+        let base = format!("{}+kv:{}{mtp}", self.identity, self.kv_cache);
         match &self.lora_identity {
             Some(lora) => format!("{base}+lora:{lora}"),
             None => base,

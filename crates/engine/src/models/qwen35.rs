@@ -749,13 +749,17 @@ impl Forward for Qwen35 {
         g.rms_norm(&l.x, norm, None, &store.hidden, None, eps)
     }
 
+    /// The main layers' state, then (when loaded) the MTP layers' KV caches: snapshots,
+    /// saved states and forks carry the draft's context too.
     fn state(&self) -> Vec<Vec<StateBuffer>> {
-        self.layers
+        let main = self.layers.iter().map(|(mixer, _)| match mixer {
+            Mixer::Attention(attention) => attention.state(&self.attention, self.context),
+            Mixer::DeltaNet(delta) => delta.state(),
+        });
+        let mtp = self
+            .mtp
             .iter()
-            .map(|(mixer, _)| match mixer {
-                Mixer::Attention(attention) => attention.state(&self.attention, self.context),
-                Mixer::DeltaNet(delta) => delta.state(),
-            })
-            .collect()
+            .map(|m| m.attention.state(&self.attention, self.context));
+        main.chain(mtp).collect()
     }
 }
