@@ -4,9 +4,10 @@
 // Macros: one weight type flag (see common/quant.wgsl), WG, TILE, ACCUMULATE (adds into y),
 // ROW_PER_THREAD (the layout for CPU-like adapters, below) and, with it, the weight family
 // (BLOCK32: Q4_0/Q4_1/Q8_0, KQUANT: Q4_K/Q5_K/Q6_K, neither: F16/BF16/F32), RPT rows per
-// thread (4, 8 with ROWS8, 16 with ROWS8 and ROWS16), TILE8, TILE4 or TILE2 (tokens per thread) and
-// SUBGROUPS (native only: activations shared by subgroup broadcasts) and SCALES4 (Q4_K/Q5_K:
-// the block's scale words as one vec4, bound again at binding 7).
+// thread (4, 8 with ROWS8, 16 with ROWS8 and ROWS16), tokens per thread (TILE8: 8; FEW_TOKENS
+// with TILE4: 4, alone: 2; neither: 1), SUBGROUPS (native only: activations shared by subgroup
+// broadcasts) and SCALES4 (Q4_K/Q5_K: the block's scale words as one vec4, bound again at
+// binding 7).
 
 struct Params {
     rows: u32,        // rows in this weight chunk
@@ -361,9 +362,11 @@ fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
     }
 }
 #else
+#if FEW_TOKENS
 #if TILE4
 // Four tokens: a row's dots are a vec4, four rows' a mat4x4 (column = row).
 struct Xt { a: Xs, b: Xs, c: Xs, d: Xs }
+alias Dots = vec4<f32>;
 alias Acc = mat4x4<f32>;
 
 fn load_xt(t0: u32, tl: u32, c: u32) -> Xt {
@@ -371,44 +374,30 @@ fn load_xt(t0: u32, tl: u32, c: u32) -> Xt {
               load_x(min(t0 + 3u, tl), c));
 }
 
-fn row_dots(row: u32, c: u32, xt: Xt) -> vec4<f32> {
+fn row_dots(row: u32, c: u32, xt: Xt) -> Dots {
     let w = load_w(row, c);
-    return vec4<f32>(wdot(w, xt.a), wdot(w, xt.b), wdot(w, xt.c), wdot(w, xt.d));
-}
-
-fn rows4(row: u32, last: u32, c: u32, xt: Xt, acc: Acc) -> Acc {
-    return acc + mat4x4<f32>(row_dots(min(row, last), c, xt), row_dots(min(row + 1u, last), c, xt),
-                             row_dots(min(row + 2u, last), c, xt), row_dots(min(row + 3u, last), c, xt));
-}
-
-fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
-    for (var i = 0u; i < 4u; i++) {
-        if row + i < p.rows {
-            for (var t = 0u; t < n_tile; t++) {
-                store(row + i, t0 + t, acc[i][t]);
-            }
-        }
-    }
+    return Dots(wdot(w, xt.a), wdot(w, xt.b), wdot(w, xt.c), wdot(w, xt.d));
 }
 #else
-#if TILE2
 // Two tokens (a speculative check of one draft token): a row's dots are a vec2, four rows' a
 // mat4x2 (column = row).
 struct Xt { a: Xs, b: Xs }
+alias Dots = vec2<f32>;
 alias Acc = mat4x2<f32>;
 
 fn load_xt(t0: u32, tl: u32, c: u32) -> Xt {
     return Xt(load_x(min(t0, tl), c), load_x(min(t0 + 1u, tl), c));
 }
 
-fn row_dots(row: u32, c: u32, xt: Xt) -> vec2<f32> {
+fn row_dots(row: u32, c: u32, xt: Xt) -> Dots {
     let w = load_w(row, c);
-    return vec2<f32>(wdot(w, xt.a), wdot(w, xt.b));
+    return Dots(wdot(w, xt.a), wdot(w, xt.b));
 }
+#endif
 
 fn rows4(row: u32, last: u32, c: u32, xt: Xt, acc: Acc) -> Acc {
-    return acc + mat4x2<f32>(row_dots(min(row, last), c, xt), row_dots(min(row + 1u, last), c, xt),
-                             row_dots(min(row + 2u, last), c, xt), row_dots(min(row + 3u, last), c, xt));
+    return acc + Acc(row_dots(min(row, last), c, xt), row_dots(min(row + 1u, last), c, xt),
+                     row_dots(min(row + 2u, last), c, xt), row_dots(min(row + 3u, last), c, xt));
 }
 
 fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
@@ -441,7 +430,6 @@ fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
         }
     }
 }
-#endif
 #endif
 #endif
 

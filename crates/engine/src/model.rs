@@ -976,18 +976,35 @@ impl Model {
     ) -> &[Dispatch] {
         let n = chunk.len() as u32;
         let pos0 = self.seqs[seq as usize].len() as u32;
-        let step = Step::for_sequence(n, pos0, seq, self.context);
+        self.write_step(
+            encoder,
+            seq,
+            chunk,
+            Step::for_sequence(n, pos0, seq, self.context),
+        );
+        if n == 1 {
+            &self.decode_graph
+        } else {
+            &self.prefill_graph
+        }
+    }
+
+    /// Writes `step` (a step over `chunk` of the sequence in slot `seq`) and the token ids,
+    /// clearing the sequence's recurrent state when the step starts it.
+    pub(crate) fn write_step(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        seq: u32,
+        chunk: &[u32],
+        step: Step,
+    ) {
+        let pos0 = step.pos0;
         ops::write_step(&self.ctx, &self.io.step, step);
         self.ctx
             .queue
             .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(chunk));
         if pos0 == 0 {
             self.clear_recurrent_state(encoder, seq);
-        }
-        if n == 1 {
-            &self.decode_graph
-        } else {
-            &self.prefill_graph
         }
     }
 
@@ -1361,7 +1378,7 @@ impl Model {
                     prompt_stopped: true,
                 });
             }
-            if self.speculation.is_some() {
+            let run = if self.speculation.is_some() {
                 let mut reported = false;
                 let mut report = |id| {
                     if !reported {
@@ -1370,36 +1387,24 @@ impl Model {
                     }
                     on_token(id)
                 };
-                let run = self
-                    .speculative_run(
-                        tail,
-                        sp,
-                        &mut rng,
-                        &mut history,
-                        max_tokens,
-                        is_stop,
-                        &mut report,
-                        &mut out,
-                    )
-                    .await;
-                if let Err(e) = run {
-                    self.seqs[0].clear();
-                    return Err(e);
-                }
-                return Ok(Generation {
-                    tokens: out,
-                    prompt_evaluated: pending.len(),
-                    prompt_reused: reused,
-                    prompt_stopped: false,
-                });
-            }
-            let first = self.next_token(tail, sp, &mut rng, &history).await?;
-            on_prompt(total, total);
-            out.push(first);
-            history.push(first);
-            if on_token(first) && !is_stop(first) {
-                let run = self
-                    .decode_run(
+                self.speculative_run(
+                    tail,
+                    sp,
+                    &mut rng,
+                    &mut history,
+                    max_tokens,
+                    is_stop,
+                    &mut report,
+                    &mut out,
+                )
+                .await
+            } else {
+                let first = self.next_token(tail, sp, &mut rng, &history).await?;
+                on_prompt(total, total);
+                out.push(first);
+                history.push(first);
+                if on_token(first) && !is_stop(first) {
+                    self.decode_run(
                         first,
                         sp,
                         &mut rng,
@@ -1409,11 +1414,14 @@ impl Model {
                         on_token,
                         &mut out,
                     )
-                    .await;
-                if let Err(e) = run {
-                    self.seqs[0].clear();
-                    return Err(e);
+                    .await
+                } else {
+                    Ok(())
                 }
+            };
+            if let Err(e) = run {
+                self.seqs[0].clear();
+                return Err(e);
             }
         }
         Ok(Generation {

@@ -27,9 +27,9 @@ use crate::error::{EngineError, Result};
 use crate::graph::{Graph, GraphIo};
 use crate::kernels::Dispatch;
 use crate::model::{Logits, Model};
+use crate::ops::Step;
 use crate::ops::matvec::PREFILL_TILE;
 use crate::ops::sample::{Rng, Sampler, SamplingParams};
-use crate::ops::{self, Step};
 
 /// The most draft tokens one step checks.
 pub const MAX_DRAFT: usize = 8;
@@ -457,13 +457,7 @@ impl Model {
         if recurrent && !draft.is_empty() {
             step = step.checkpoint_after(first_row, self.checkpoint_slot());
         }
-        ops::write_step(&self.ctx, &self.io.step, step);
-        self.ctx
-            .queue
-            .write_buffer(&self.io.ids, 0, bytemuck::cast_slice(&fed));
-        if pos0 == 0 {
-            self.clear_recurrent_state(&mut encoder, 0);
-        }
+        self.write_step(&mut encoder, 0, &fed, step);
         let graph = if n == 1 {
             &self.decode_graph
         } else {

@@ -180,8 +180,8 @@ fn row_per_thread(
         .u32("TILE", tile);
     match tile {
         8 => macros = macros.flag("TILE8"),
-        4 => macros = macros.flag("TILE4"),
-        2 => macros = macros.flag("TILE2"),
+        4 => macros = macros.flag("FEW_TOKENS").flag("TILE4"),
+        2 => macros = macros.flag("FEW_TOKENS"),
         _ => {}
     }
     // How many weights one step of the column loop decodes (the shader's families).
