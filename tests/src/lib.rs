@@ -7,10 +7,33 @@ pub use gpu::gpu;
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use lilypad_engine::{Model, ModelOptions};
+use lilypad_engine::{Model, ModelOptions, SamplingParams};
 use lilypad_gguf::{ByteSource, GgufFile, GgufWriter, MmapSource};
 use lilypad_tokenizer::TextTokenizer;
 use serde::Deserialize;
+
+/// The tiny fixture models (under tests/fixtures) every decoding mode is checked on: Llama,
+/// Qwen3, Qwen3.5 in F32 and in Q8_0.
+pub const TINY_MODELS: [&str; 4] = [
+    "lora/llama-tiny/model/model.gguf",
+    "qwen/qwen3-tiny/model.gguf",
+    "qwen/qwen35-tiny/model.gguf",
+    "qwen/qwen35-tiny/model-q8_0.gguf",
+];
+
+/// Sampling with every knob on (temperature, top-k, top-p, repetition and presence
+/// penalties), seeded: what decoding modes must reproduce token for token.
+pub fn sampled_with_penalties() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.9,
+        top_k: 40,
+        top_p: 0.95,
+        repeat_penalty: 1.3,
+        presence_penalty: 0.4,
+        penalty_last_n: 24,
+        seed: 7,
+    }
+}
 
 /// The PEFT adapter in folder `dir` (`adapter_config.json`, `adapter_model.safetensors`),
 /// mapped onto `base`.

@@ -10,14 +10,7 @@ use lilypad_engine::ops::sample::reference_sample;
 use lilypad_engine::{Logits, Model, ModelOptions, Rng, SamplingParams};
 use lilypad_gguf::{GgufFile, MmapSource};
 use lilypad_tests::qwen::{assert_close, load_model};
-use lilypad_tests::repo_root;
-
-const MODELS: [&str; 4] = [
-    "lora/llama-tiny/model/model.gguf",
-    "qwen/qwen3-tiny/model.gguf",
-    "qwen/qwen35-tiny/model.gguf",
-    "qwen/qwen35-tiny/model-q8_0.gguf",
-];
+use lilypad_tests::{TINY_MODELS, repo_root, sampled_with_penalties};
 
 const DEPTHS: [u32; 4] = [1, 2, 4, 8];
 
@@ -34,18 +27,6 @@ fn model(path: &str) -> Option<Model> {
 
 fn prompt(vocab: u32) -> Vec<u32> {
     (0..13u32).map(|i| (i * 7919 + 11) % vocab).collect()
-}
-
-fn sampled() -> SamplingParams {
-    SamplingParams {
-        temperature: 0.9,
-        top_k: 40,
-        top_p: 0.95,
-        repeat_penalty: 1.3,
-        presence_penalty: 0.4,
-        penalty_last_n: 24,
-        seed: 7,
-    }
 }
 
 /// The loop the queued decoder replaces: evaluate one token, read back what comes after it,
@@ -98,10 +79,13 @@ fn generate(
 
 #[test]
 fn every_depth_decodes_the_host_loops_tokens() {
-    for path in MODELS {
+    for path in TINY_MODELS {
         let Some(mut m) = model(path) else { return };
         let prompt = prompt(m.config.vocab());
-        for (what, sp) in [("greedy", SamplingParams::greedy()), ("sampled", sampled())] {
+        for (what, sp) in [
+            ("greedy", SamplingParams::greedy()),
+            ("sampled", sampled_with_penalties()),
+        ] {
             let want = host_loop(&mut m, &prompt, &sp, 40);
             for depth in DEPTHS {
                 m.set_decode_depth(depth).unwrap();
@@ -130,10 +114,10 @@ fn fresh_logits(path: &str, prompt_len: usize, tokens: &[u32]) -> Vec<f32> {
 
 #[test]
 fn a_late_stop_leaves_exactly_the_tokens_before_it() {
-    for path in MODELS {
+    for path in TINY_MODELS {
         let Some(mut m) = model(path) else { return };
         let prompt = prompt(m.config.vocab());
-        let sp = sampled();
+        let sp = sampled_with_penalties();
         m.set_decode_depth(1).unwrap();
         let free = generate(&mut m, &prompt, &sp, 30, None, usize::MAX);
         // A stop token first sampled mid-run, and a caller that declines the 9th token.

@@ -375,15 +375,11 @@ struct MtpReference {
     next: Vec<u32>,
 }
 
-/// The multi-token-prediction layer's logits (`Model::mtp_logits`: the main model's last
-/// hidden state and the next token's embedding through the layer, its KV cache carried across
-/// steps) match an independent float64 pass laid out as llama.cpp's qwen35 draft graph
-/// (scripts/reference/make_mtp_fixture.py) at every position, in one step and in three.
-#[test]
-fn multi_token_prediction_layer_matches_reference() {
+/// The fixture with its random MTP layer (checked to be the one the reference was made
+/// for), the reference's tokens and its logits.
+fn mtp_reference(f: &Fixture) -> (Vec<u8>, MtpReference, Vec<f32>) {
     use sha2::{Digest, Sha256};
-    let f = fixture();
-    let bytes = qwen::with_mtp_layer(&f, None);
+    let bytes = qwen::with_mtp_layer(f, None);
     let dir = qwen::fixture_dir(NAME);
     let reference: MtpReference =
         serde_json::from_slice(&std::fs::read(dir.join("mtp.json")).unwrap()).unwrap();
@@ -395,16 +391,36 @@ fn multi_token_prediction_layer_matches_reference() {
         sha, reference.gguf_sha256,
         "the layer the reference was made for"
     );
-    let want = qwen::read_f32s(dir.join("mtp-logits.f32"));
-    let file = GgufFile::read(&bytes).unwrap();
+    (
+        bytes,
+        reference,
+        qwen::read_f32s(dir.join("mtp-logits.f32")),
+    )
+}
+
+/// A model of `bytes` with its MTP layer loaded and drafting.
+fn mtp_model(file: &GgufFile, bytes: &[u8]) -> Option<Model> {
     let opts = ModelOptions {
         mtp: true,
         ..qwen::options(128, 80)
     };
-    let Some(mut m) = qwen::load_model(&file, &bytes, &opts) else {
+    let mut m = qwen::load_model(file, &bytes, &opts)?;
+    m.set_draft(Some(Draft::Mtp)).unwrap();
+    Some(m)
+}
+
+/// The multi-token-prediction layer's logits (`Model::mtp_logits`: the main model's last
+/// hidden state and the next token's embedding through the layer, its KV cache carried across
+/// steps) match an independent float64 pass laid out as llama.cpp's qwen35 draft graph
+/// (scripts/reference/make_mtp_fixture.py) at every position, in one step and in three.
+#[test]
+fn multi_token_prediction_layer_matches_reference() {
+    let f = fixture();
+    let (bytes, reference, want) = mtp_reference(&f);
+    let file = GgufFile::read(&bytes).unwrap();
+    let Some(mut m) = mtp_model(&file, &bytes) else {
         return;
     };
-    m.set_draft(Some(Draft::Mtp)).unwrap();
     let (tokens, next) = (&reference.tokens, &reference.next);
     let vocab = f.vocab;
     for split in [vec![tokens.len()], vec![30, 1, tokens.len() - 31]] {
@@ -439,26 +455,15 @@ fn multi_token_prediction_layer_matches_reference() {
 #[test]
 fn saved_states_carry_the_mtp_layers_cache() {
     let f = fixture();
-    let bytes = qwen::with_mtp_layer(&f, None);
-    let dir = qwen::fixture_dir(NAME);
-    let reference: MtpReference =
-        serde_json::from_slice(&std::fs::read(dir.join("mtp.json")).unwrap()).unwrap();
-    let want = qwen::read_f32s(dir.join("mtp-logits.f32"));
+    let (bytes, reference, want) = mtp_reference(&f);
     let file = GgufFile::read(&bytes).unwrap();
-    let opts = ModelOptions {
-        mtp: true,
-        ..qwen::options(128, 80)
+    let Some(mut first) = mtp_model(&file, &bytes) else {
+        return;
     };
-    let load = || {
-        let mut m = qwen::load_model(&file, &bytes, &opts)?;
-        m.set_draft(Some(Draft::Mtp)).unwrap();
-        Some(m)
-    };
-    let Some(mut first) = load() else { return };
     let (tokens, next) = (&reference.tokens, &reference.next);
     pollster::block_on(first.mtp_logits(&tokens[..40], &next[..40])).unwrap();
     let saved = pollster::block_on(first.save_state()).unwrap();
-    let mut second = load().unwrap();
+    let mut second = mtp_model(&file, &bytes).unwrap();
     second.load_state(&saved).unwrap();
     let got = pollster::block_on(second.mtp_logits(&tokens[40..], &next[40..])).unwrap();
     let vocab = f.vocab;

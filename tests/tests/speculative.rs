@@ -9,14 +9,7 @@
 use lilypad_engine::{Draft, EngineError, Logits, Model, ModelOptions, SamplingParams};
 use lilypad_gguf::{GgufFile, MmapSource};
 use lilypad_tests::qwen::{Fixture, assert_close, load_model, with_echo_mtp_layer, with_mtp_layer};
-use lilypad_tests::repo_root;
-
-const MODELS: [&str; 4] = [
-    "lora/llama-tiny/model/model.gguf",
-    "qwen/qwen3-tiny/model.gguf",
-    "qwen/qwen35-tiny/model.gguf",
-    "qwen/qwen35-tiny/model-q8_0.gguf",
-];
+use lilypad_tests::{TINY_MODELS, repo_root, sampled_with_penalties};
 
 const DRAFTS: [Draft; 3] = [
     Draft::Lookup { max: 1 },
@@ -42,18 +35,6 @@ fn model(path: &str) -> Option<Model> {
 fn prompt(vocab: u32) -> Vec<u32> {
     let phrase: Vec<u32> = (0..6u32).map(|i| (i * 7919 + 11) % vocab).collect();
     [&phrase[..], &[3, 1][..], &phrase[..], &phrase[..2]].concat()
-}
-
-fn sampled() -> SamplingParams {
-    SamplingParams {
-        temperature: 0.9,
-        top_k: 40,
-        top_p: 0.95,
-        repeat_penalty: 1.3,
-        presence_penalty: 0.4,
-        penalty_last_n: 24,
-        seed: 7,
-    }
 }
 
 /// Generates up to `n` tokens after `prompt` from an empty cache; stops at `stop` or when
@@ -99,10 +80,13 @@ fn check_state(m: &mut Model, mut fresh: Model, prompt: &[u32], got: &[u32], wha
 #[test]
 fn lookup_drafts_give_plain_decodings_tokens() {
     let (mut drafted, mut accepted) = (0, 0);
-    for path in MODELS {
+    for path in TINY_MODELS {
         let Some(mut m) = model(path) else { return };
         let prompt = prompt(m.config.vocab());
-        for (what, sp) in [("greedy", SamplingParams::greedy()), ("sampled", sampled())] {
+        for (what, sp) in [
+            ("greedy", SamplingParams::greedy()),
+            ("sampled", sampled_with_penalties()),
+        ] {
             m.set_draft(None).unwrap();
             let want = generate(&mut m, &prompt, &sp, 48, None, usize::MAX);
             for draft in DRAFTS {
@@ -128,7 +112,14 @@ fn lookup_drafts_give_plain_decodings_tokens() {
             }
         }
         m.set_draft(Some(Draft::Lookup { max: 4 })).unwrap();
-        let got = generate(&mut m, &prompt, &sampled(), 40, None, usize::MAX);
+        let got = generate(
+            &mut m,
+            &prompt,
+            &sampled_with_penalties(),
+            40,
+            None,
+            usize::MAX,
+        );
         check_state(
             &mut m,
             model(path).unwrap(),
@@ -147,10 +138,10 @@ fn lookup_drafts_give_plain_decodings_tokens() {
 
 #[test]
 fn a_stop_inside_a_kept_draft_leaves_exactly_the_tokens_before_it() {
-    for path in MODELS {
+    for path in TINY_MODELS {
         let Some(mut m) = model(path) else { return };
         let prompt = prompt(m.config.vocab());
-        let sp = sampled();
+        let sp = sampled_with_penalties();
         m.set_draft(None).unwrap();
         let free = generate(&mut m, &prompt, &sp, 40, None, usize::MAX);
         let at = (3..free.len())
@@ -190,7 +181,10 @@ fn the_mtp_layer_drafts_without_changing_the_tokens() {
             return;
         };
         let prompt = prompt(m.config.vocab());
-        for (what, sp) in [("greedy", SamplingParams::greedy()), ("sampled", sampled())] {
+        for (what, sp) in [
+            ("greedy", SamplingParams::greedy()),
+            ("sampled", sampled_with_penalties()),
+        ] {
             let what = format!("{layer} layer, {what}");
             m.set_draft(None).unwrap();
             let want = generate(&mut m, &prompt, &sp, 48, None, usize::MAX);
@@ -218,7 +212,7 @@ fn the_mtp_layer_drafts_without_changing_the_tokens() {
         }
 
         // A stop in the middle: the state holds the tokens before it, MTP layer and all.
-        let sp = sampled();
+        let sp = sampled_with_penalties();
         m.set_draft(None).unwrap();
         let free = generate(&mut m, &prompt, &sp, 30, None, usize::MAX);
         m.set_draft(Some(Draft::Mtp)).unwrap();
@@ -263,7 +257,7 @@ fn the_mtp_layer_drafts_without_changing_the_tokens() {
 /// tokens (the draft is cut to the room left), for a position-cached and a recurrent model.
 #[test]
 fn a_full_context_ends_drafting_where_plain_decoding_ends() {
-    for path in [MODELS[0], MODELS[2]] {
+    for path in [TINY_MODELS[0], TINY_MODELS[2]] {
         let src = MmapSource::open(repo_root().join("tests/fixtures").join(path)).unwrap();
         let file = GgufFile::read(&src).unwrap();
         let opts = ModelOptions {

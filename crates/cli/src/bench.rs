@@ -541,55 +541,11 @@ pub fn run(
     // The plain rows decode without the draft; it gets a row of its own after them.
     let draft = model.draft();
     model.set_draft(None)?;
-    for depth in [1, 2, 4] {
+    // A greedy generation from the prefilled state: its tokens, how many came after the
+    // first, and the seconds per token after the first (what the prompt's step does not
+    // include).
+    let timed = |model: &mut Model| -> Result<(Vec<u32>, usize, f64)> {
         model.restore(&state)?;
-        model.set_decode_depth(depth)?;
-        let mut stamps = Vec::new();
-        let generation = pollster::block_on(model.generate(
-            &prompt,
-            &greedy,
-            gen_tokens + 1,
-            &|_| false,
-            &mut |_| {
-                stamps.push(Instant::now());
-                true
-            },
-        ))?;
-        texts.push(generation.tokens);
-        let decode = if stamps.len() > 1 {
-            (stamps[stamps.len() - 1] - stamps[0]).as_secs_f64() / (stamps.len() - 1) as f64
-        } else {
-            f64::NAN
-        };
-        walls.push((depth, decode));
-        let ratio = *base.get_or_insert(decode) / decode;
-        let stats = model.decode_stats();
-        let per_step = |s: f64| s * 1e3 / stats.steps.max(1) as f64;
-        report.decode.push(DecodeRow {
-            depth,
-            tokens: stamps.len().saturating_sub(1),
-            ms_per_token: decode * 1e3,
-            tokens_per_s: 1.0 / decode,
-            host_recording_ms_per_token: per_step(stats.recording),
-        });
-        println!(
-            "decode:  {} tokens, {:.1} ms/token = {:.1} tok/s (depth {depth}: {ratio:.2}x depth 1; \
-             host recording {:.2} ms/token = {:.1} %, waiting {:.1} ms/token)",
-            stamps.len().saturating_sub(1),
-            decode * 1e3,
-            1.0 / decode,
-            per_step(stats.recording),
-            100.0 * per_step(stats.recording) / (decode * 1e3),
-            per_step(stats.waiting),
-        );
-    }
-    if texts.windows(2).any(|w| w[0] != w[1]) {
-        println!("warning: the depths decoded different greedy tokens");
-    }
-    model.set_decode_depth(default_depth)?;
-    if let Some(draft) = draft {
-        model.restore(&state)?;
-        model.set_draft(Some(draft))?;
         let mut stamps = Vec::new();
         let generation = pollster::block_on(model.generate(
             &prompt,
@@ -602,9 +558,49 @@ pub fn run(
             },
         ))?;
         let decoded = stamps.len().saturating_sub(1);
-        let seconds = (stamps[stamps.len() - 1] - stamps[0]).as_secs_f64();
+        let per_token = match (stamps.first(), stamps.last()) {
+            (Some(first), Some(last)) if decoded > 0 => {
+                (*last - *first).as_secs_f64() / decoded as f64
+            }
+            _ => f64::NAN,
+        };
+        Ok((generation.tokens, decoded, per_token))
+    };
+    for depth in [1, 2, 4] {
+        model.set_decode_depth(depth)?;
+        let (tokens, decoded, decode) = timed(model)?;
+        texts.push(tokens);
+        walls.push((depth, decode));
+        let ratio = *base.get_or_insert(decode) / decode;
+        let stats = model.decode_stats();
+        let per_step = |s: f64| s * 1e3 / stats.steps.max(1) as f64;
+        report.decode.push(DecodeRow {
+            depth,
+            tokens: decoded,
+            ms_per_token: decode * 1e3,
+            tokens_per_s: 1.0 / decode,
+            host_recording_ms_per_token: per_step(stats.recording),
+        });
+        println!(
+            "decode:  {} tokens, {:.1} ms/token = {:.1} tok/s (depth {depth}: {ratio:.2}x depth 1; \
+             host recording {:.2} ms/token = {:.1} %, waiting {:.1} ms/token)",
+            decoded,
+            decode * 1e3,
+            1.0 / decode,
+            per_step(stats.recording),
+            100.0 * per_step(stats.recording) / (decode * 1e3),
+            per_step(stats.waiting),
+        );
+    }
+    if texts.windows(2).any(|w| w[0] != w[1]) {
+        println!("warning: the depths decoded different greedy tokens");
+    }
+    model.set_decode_depth(default_depth)?;
+    if let Some(draft) = draft {
+        model.set_draft(Some(draft))?;
+        let (tokens, decoded, per_token) = timed(model)?;
         let plain = report.decode.iter().find(|d| d.depth == default_depth);
-        let tokens_per_s = decoded as f64 / seconds;
+        let tokens_per_s = 1.0 / per_token;
         let s = model.speculative_stats();
         let row = SpeculativeRow {
             draft: draft.to_string(),
@@ -614,7 +610,7 @@ pub fn run(
             steps: s.steps,
             drafted: s.drafted,
             accepted: s.accepted,
-            same_tokens: generation.tokens == texts[0],
+            same_tokens: tokens == texts[0],
         };
         println!(
             "decode with draft {}: {} tokens, {:.1} tok/s ({:.2}x plain at depth {default_depth}); \
