@@ -301,6 +301,10 @@ impl Qwen35Config {
             .store_bytes(max_batch, ActivationMode::Shared)
             + 4 * b * self.vocab as u64
             + 4 * (self.n_embd as u64 + 2 * self.vocab as u64);
+        if mtp {
+            // What the layer reads before its decoder layer, when it drafts.
+            plan.activations += MtpActivations::bytes(max_batch, self.n_embd);
+        }
         plan.largest_unsplittable = kv_layer
             .max(b * self.vocab as u64 * 4)
             .max(state)
