@@ -167,9 +167,13 @@ impl Model {
         }
         let ctx = &self.ctx;
         let vocab = self.config.vocab();
-        let samplers = (0..rows)
-            .map(|_| Sampler::new(ctx, &self.io.logits, vocab))
-            .collect::<Result<_>>()?;
+        // One per checked row, all reading the step's logits.
+        let row_samplers = || -> Result<Vec<Sampler>> {
+            (0..rows)
+                .map(|_| Sampler::new(ctx, &self.io.logits, vocab))
+                .collect()
+        };
+        let samplers = row_samplers()?;
         let out = ctx.storage_buffer(
             "speculative tokens",
             2 * rows as u64 * 4,
@@ -196,13 +200,10 @@ impl Model {
                 self.arch
                     .record_mtp(&mut g, &next, &self.store, &activations)?;
                 let graph = g.dispatches;
-                let samplers = (0..rows)
-                    .map(|_| Sampler::new(ctx, &self.io.logits, vocab))
-                    .collect::<Result<_>>()?;
                 Some(MtpDraft {
                     next,
                     graph,
-                    samplers,
+                    samplers: row_samplers()?,
                     _activations: activations,
                 })
             }
