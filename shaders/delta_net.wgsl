@@ -8,9 +8,10 @@
 // sequence's slot (Step.tok[t].z); out: [T, n_v, d_v]. The recurrent form also writes the state
 // after a token with a checkpoint (Step.tok[t].w = c > 0) into slot c − 1.
 //
-// delta_net: the recurrence token by token (decode, and prefill of any length). One workgroup
-//   per (value head, block of COLS state columns); each thread keeps MAX_R rows of one column in
-//   registers. o = γ Sᵀq̂ + δ (k̂·q̂) and Sᵀk̂ both come from the state before the update, so one
+// delta_net: the recurrence token by token (decode, batched steps, and on CPU adapters prefill).
+//   One workgroup per (value head, block of COLS state columns); each thread keeps MAX_R rows
+//   of one column in registers (PER_THREAD: a lane keeps every row of four columns, below).
+//   o = γ Sᵀq̂ + δ (k̂·q̂) and Sᵀk̂ both come from the state before the update, so one
 //   reduction per token serves both, and the norms of q and k ride along in it.
 // delta_chunk_prep + delta_chunk_scan: the same rule over chunks of CHUNK tokens (prefill).
 //   With G_i the running sum of log γ inside a chunk and S₀ its incoming state, the chunk's δ
@@ -23,7 +24,9 @@
 //   memory. CHUNK is 32, not 64, to keep each workgroup within WebGPU's 16 KiB default.
 //   SAVE_STATES: the scan also writes each chunk's incoming state S₀ to
 //   states[chunk, head, d_k, d_v], what a backward pass restarts each chunk from.
-// Macros: COLS, SPLIT (threads per column), MAX_R = ceil(d_k / SPLIT), CHUNK, SAVE_STATES.
+// Macros: COLS, SPLIT (threads per column), MAX_R = ceil(d_k / SPLIT), CHUNK, SAVE_STATES;
+// or PER_THREAD (the recurrent form on CPU adapters with subgroups, alone in the module) with
+// COLS lanes, SPLIT = 1 and MAX_R = d_k.
 
 #include "common/step.wgsl"
 
@@ -43,7 +46,11 @@ struct Params {
 @group(0) @binding(2) var<storage, read> beta_in: array<f32>;
 @group(0) @binding(3) var<storage, read> a: array<f32>;
 @group(0) @binding(4) var<storage, read> dt_bias: array<f32>;
+#if PER_THREAD
+@group(0) @binding(5) var<storage, read_write> state: array<vec4<f32>>;  // d_v % 4 == 0
+#else
 @group(0) @binding(5) var<storage, read_write> state: array<f32>;
+#endif
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 @group(0) @binding(7) var<storage, read_write> scratch: array<f32>;
 @group(0) @binding(8) var<uniform> p: Params;
@@ -80,6 +87,101 @@ fn lane(wid: vec3<u32>, tid: u32) -> Lane {
 // The state slot of the sequence being processed.
 var<private> slot: u32;
 
+// ---- recurrent form ----
+
+#if PER_THREAD
+// CPU adapters (lavapipe) run a workgroup as SIMD lanes on one core, a barrier as a coroutine
+// switch and every storage load lane by lane. Here a lane owns four whole columns of the state
+// as one vec4 per row (COLS lanes side by side: 4·COLS consecutive columns of one value head;
+// MAX_R = d_k rows), and every sum is its own: no barriers, no workgroup memory. A token's q
+// and k rows are the same for every lane: lane j loads rows j, j + COLS, … and subgroup
+// shuffles hand them to the others, each serving four columns. What a token costs besides its
+// rows (its q and k loads, decay, β) is shared by 4·COLS columns. On these adapters prefill
+// runs this form too (the state stays in the lanes across the step's tokens; heads × column
+// blocks keep the cores busy). Needs subgroups of at least COLS lanes.
+
+// Row i of slot sl's state, the lane's four columns.
+fn state_index(sl: u32, l: Lane, i: u32) -> u32 {
+    return ((sl * p.n_v + l.s) * p.d_k + i) * (p.d_v / 4u) + l.col / 4u;
+}
+
+fn load_rows4(sl: u32, l: Lane, sr: ptr<function, array<vec4<f32>, MAX_R>>) {
+    for (var i = 0u; i < p.d_k; i++) {
+        (*sr)[i] = select(vec4<f32>(0.0), state[state_index(sl, l, i)], l.live);
+    }
+}
+
+fn store_rows4(sl: u32, l: Lane, sr: ptr<function, array<vec4<f32>, MAX_R>>) {
+    if l.live {
+        for (var i = 0u; i < p.d_k; i++) {
+            state[state_index(sl, l, i)] = (*sr)[i];
+        }
+    }
+}
+
+@compute @workgroup_size(COLS)
+fn delta_net(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(subgroup_invocation_id) me: u32) {
+    let col = 4u * (wid.y * COLS + me);
+    let l = Lane(wid.x, wid.x % p.n_k, 0u, 0u, col, col < p.d_v);
+    slot = step.tok[0].z;
+    var sr: array<vec4<f32>, MAX_R>;
+    load_rows4(slot, l, &sr);
+    for (var t = 0u; t < step.n_tokens; t++) {
+        // A token of another sequence (batched decode): put this one's state back, take its.
+        if step.tok[t].z != slot {
+            store_rows4(slot, l, &sr);
+            slot = step.tok[t].z;
+            load_rows4(slot, l, &sr);
+        }
+        // Sᵀk, Sᵀq and the norms (q·q, k·k, q·k), from the state before the update.
+        var sk = vec4<f32>(0.0);
+        var sq = vec4<f32>(0.0);
+        var n3 = vec3<f32>(0.0);
+        for (var i0 = 0u; i0 < p.d_k; i0 += COLS) {
+            let mine = vec2<f32>(qkv[q_at(t, l.kh) + min(i0 + me, p.d_k - 1u)],
+                                 qkv[k_at(t, l.kh) + min(i0 + me, p.d_k - 1u)]);
+            for (var j = 0u; j < min(COLS, p.d_k - i0); j++) {
+                let qk = subgroupShuffle(mine, j);
+                sk += sr[i0 + j] * qk.y;
+                sq += sr[i0 + j] * qk.x;
+                n3 += vec3<f32>(qk.x * qk.x, qk.y * qk.y, qk.x * qk.y);
+            }
+        }
+        let rq = inverseSqrt(n3.x + p.eps) * p.q_scale;
+        let rk = inverseSqrt(n3.y + p.eps);
+        let decay = exp(log_decay(t, l.s));
+        var v = vec4<f32>(0.0);
+        if l.live {
+            let vb = v_at(t, l.s) + l.col;
+            v = vec4<f32>(qkv[vb], qkv[vb + 1u], qkv[vb + 2u], qkv[vb + 3u]);
+        }
+        let delta = (v - decay * rk * sk) * beta_at(t, l.s);
+        let o = decay * rq * sq + delta * (rk * rq * n3.z);
+        if l.live {
+            let ob = (t * p.n_v + l.s) * p.d_v + l.col;
+            out[ob] = o.x;
+            out[ob + 1u] = o.y;
+            out[ob + 2u] = o.z;
+            out[ob + 3u] = o.w;
+        }
+        // S = γS + k̂ ⊗ δ.
+        let dk = delta * rk;
+        for (var i0 = 0u; i0 < p.d_k; i0 += COLS) {
+            let mine = qkv[k_at(t, l.kh) + min(i0 + me, p.d_k - 1u)];
+            for (var j = 0u; j < min(COLS, p.d_k - i0); j++) {
+                sr[i0 + j] = decay * sr[i0 + j] + subgroupShuffle(mine, j) * dk;
+            }
+        }
+        // A checkpoint: the state after this token, also in slot c − 1.
+        let checkpoint = step.tok[t].w;
+        if checkpoint != 0u {
+            store_rows4(checkpoint - 1u, l, &sr);
+        }
+    }
+    store_rows4(slot, l, &sr);
+}
+#else
 fn state_at(l: Lane, row: u32) -> u32 {
     return state_in(slot, l, row);
 }
@@ -94,8 +196,6 @@ fn load_state(l: Lane, row: u32) -> f32 {
     }
     return 0.0;
 }
-
-// ---- recurrent form ----
 
 var<workgroup> qk_sh: array<vec2<f32>, 2 * MAX_DK>;  // raw (q, k) rows, by token parity
 var<workgroup> red: array<vec2<f32>, 2 * SPLIT * COLS>;  // partial (S·k, S·q) per column
@@ -412,3 +512,4 @@ fn delta_chunk_scan(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
 }
+#endif

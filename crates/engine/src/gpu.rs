@@ -140,6 +140,8 @@ pub struct GpuContext {
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
     pub matvec_layout: crate::ops::matvec::MatvecLayout,
+    /// The fewest invocations a subgroup can have on this adapter (where it has subgroups).
+    pub subgroup_min_size: u32,
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
     pub(crate) kernels: crate::kernels::KernelCache,
@@ -238,6 +240,7 @@ impl GpuContext {
         let matvec_layout = crate::ops::matvec::MatvecLayout::for_adapter(info.device_type);
         Ok(Arc::new(Self {
             matvec_layout,
+            subgroup_min_size: info.subgroup_min_size,
             device,
             queue,
             adapter,

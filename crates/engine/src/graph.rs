@@ -406,8 +406,12 @@ impl<'a> Graph<'a> {
     ) -> Result<()> {
         out.expect("delta_net", self.max_tokens, shape.n_v * shape.d_v)?;
         // Decode steps, and batched steps of several sequences (one token each): the
-        // recurrent form, token by token. Prefill of one sequence: the chunked form.
-        if self.tile == 1 || self.multi_sequence {
+        // recurrent form, token by token. Prefill of one sequence: the chunked form, except
+        // on CPU adapters, whose per-lane recurrent form is faster (the chunked form's
+        // barriers and shared memory are what they do worst) unless chunk states are kept.
+        let per_lane = ops::delta_net::DeltaNetLayout::for_shape(self.ctx, shape)
+            == ops::delta_net::DeltaNetLayout::PerLane;
+        if self.tile == 1 || self.multi_sequence || (per_lane && states.is_none()) {
             if states.is_some() {
                 return Err(EngineError::Config(
                     "chunk states are kept by prefill graphs only".into(),

@@ -9,7 +9,7 @@
 use lilypad_engine::EngineError;
 use lilypad_engine::kernels::Dispatch;
 use lilypad_engine::ops::attn_gate::GatedHeads;
-use lilypad_engine::ops::delta_net::{self, DeltaNetInputs, DeltaNetShape};
+use lilypad_engine::ops::delta_net::{self, DeltaNetInputs, DeltaNetLayout, DeltaNetShape};
 use lilypad_engine::ops::{self, Step, rope::RopeMode};
 use rand::{Rng, rngs::StdRng};
 
@@ -266,8 +266,21 @@ fn conv1d_batched_slots_match_reference() {
 
 // ---- gated delta rule ----
 
-/// One random DeltaNet layer input over `n` tokens.
+/// The recurrent form's layouts for `shape` on the test adapter: split (GPUs), and per lane
+/// where it can run (CPU adapters with subgroups of 8 or more, as lavapipe; value heads a
+/// multiple of 4 wide). Every recurrent test runs each.
+fn layouts(gpu: &Gpu, shape: &DeltaNetShape) -> Vec<DeltaNetLayout> {
+    let mut all = vec![DeltaNetLayout::Split];
+    if delta_net::per_lane_allowed(&gpu.0, shape) {
+        all.push(DeltaNetLayout::PerLane);
+    }
+    all
+}
+
+/// One random DeltaNet layer input over `n` tokens, and the layout its recurrent steps run in.
+#[derive(Clone)]
 struct DeltaCase {
+    layout: DeltaNetLayout,
     shape: DeltaNetShape,
     n: usize,
     qkv: Vec<f32>,
@@ -284,6 +297,7 @@ impl DeltaCase {
         // Parameters drawn as the fixture's: A_log = log U(0.05, 2), dt_bias U(−1, 1).
         let a = uniform(r, nv, 0.05, 2.0).iter().map(|v| -v).collect();
         Self {
+            layout: DeltaNetLayout::Split,
             shape,
             n,
             qkv: uniform(r, n * shape.qkv_len() as usize, -1.0, 1.0),
@@ -292,6 +306,14 @@ impl DeltaCase {
             a,
             dt_bias: uniform(r, nv, -1.0, 1.0),
             state0: uniform(r, shape.state_len() as usize, -0.5, 0.5),
+        }
+    }
+
+    /// This case with its recurrent steps in `layout`.
+    fn in_layout(&self, layout: DeltaNetLayout) -> Self {
+        Self {
+            layout,
+            ..self.clone()
         }
     }
 
@@ -387,7 +409,9 @@ impl DeltaCase {
                 .unwrap()
                 .into()
             } else {
-                vec![delta_net::delta_net(&gpu.0, sh, &inputs, state, &out, &s).unwrap()]
+                let d =
+                    delta_net::delta_net_with(&gpu.0, self.layout, sh, &inputs, state, &out, &s);
+                vec![d.unwrap()]
             };
             gpu.run(&ds, n);
             got.extend(gpu.read(&out, n * nv * dv));
@@ -397,7 +421,7 @@ impl DeltaCase {
     }
 }
 
-fn deltanet_shapes() -> [DeltaNetShape; 3] {
+fn deltanet_shapes() -> [DeltaNetShape; 4] {
     let shape = |n_k, n_v, d_k, d_v| DeltaNetShape {
         n_k,
         n_v,
@@ -405,10 +429,12 @@ fn deltanet_shapes() -> [DeltaNetShape; 3] {
         d_v,
         eps: 1e-6,
     };
-    // The tiny fixture's heads; odd dims that fill no block evenly; FrogNano's head dims.
+    // The tiny fixture's heads; odd dims that fill no block evenly (the second for the
+    // per-lane layout, whose value heads are whole vec4s); FrogNano's head dims.
     [
         shape(2, 4, 16, 16),
         shape(3, 6, 20, 37),
+        shape(3, 6, 21, 44),
         shape(1, 2, 128, 128),
     ]
 }
@@ -434,21 +460,33 @@ fn check_delta(got: &[f32], want: &[f64], what: String) {
     check(got, want, DELTA_TOL, floor, &what);
 }
 
-/// The recurrent form over a 150-token prefill from a random carried-in state, against the f64
-/// recurrence; a prefill followed by single-token decode steps gives the same bits.
+/// The recurrent form, in each layout, over a 150-token prefill from a random carried-in
+/// state, against the f64 recurrence; a prefill followed by single-token decode steps gives
+/// the same bits. On the test adapter, lavapipe, FrogNano's heads take the per-lane layout.
 #[test]
 fn delta_net_recurrent_matches_reference() {
     let gpu = gpu_or_skip!();
-    for (case, want) in delta_cases(&mut seeded()) {
-        let batch = case.run(&gpu, &[(150, false)]);
-        check_delta(&batch, &want, format!("delta_net {:?}", case.shape));
-        let mut split = vec![(143, false)];
-        split.extend([(1, false); 7]);
-        assert!(
-            same_bits(&batch, &case.run(&gpu, &split)),
-            "delta_net {:?}: prefill 143 + 7 decode steps differ from one prefill",
-            case.shape
+    // A CPU adapter with subgroups (the test adapter, lavapipe) runs FrogNano's heads per lane.
+    if gpu.0.adapter.device_type == "Cpu" && gpu.0.adapter.subgroups {
+        let frognano = deltanet_shapes()[3];
+        assert_eq!(
+            DeltaNetLayout::for_shape(&gpu.0, &frognano),
+            DeltaNetLayout::PerLane
         );
+    }
+    for (case, want) in delta_cases(&mut seeded()) {
+        for layout in layouts(&gpu, &case.shape) {
+            let case = case.in_layout(layout);
+            let what = format!("delta_net {layout:?} {:?}", case.shape);
+            let batch = case.run(&gpu, &[(150, false)]);
+            check_delta(&batch, &want, what.clone());
+            let mut split = vec![(143, false)];
+            split.extend([(1, false); 7]);
+            assert!(
+                same_bits(&batch, &case.run(&gpu, &split)),
+                "{what}: prefill 143 + 7 decode steps differ from one prefill"
+            );
+        }
     }
 }
 
@@ -472,8 +510,14 @@ fn delta_net_chunked_matches_recurrent() {
             (1, false),
             (43, true),
         ];
-        let mixed = case.run(&gpu, &split);
-        check_delta(&mixed, &want, format!("{what} 1 + 32 + 3 + 70 + 1 + 43"));
+        for layout in layouts(&gpu, &case.shape) {
+            let mixed = case.in_layout(layout).run(&gpu, &split);
+            check_delta(
+                &mixed,
+                &want,
+                format!("{what} 1 + 32 + 3 + 70 + 1 + 43, {layout:?}"),
+            );
+        }
     }
 }
 
@@ -569,36 +613,41 @@ fn delta_net_recurrent_batched_slots_match_reference() {
             }
         }
         let toks = slot_tokens(&slots);
-        let state = gpu.upload(&state0);
-        let got = case.run_on(&gpu, &state, &[(n, false)], |_, _| {
-            Step::batch(&toks, SLOT_CONTEXT)
-        });
-        check_delta(&got, &want, format!("{what}: outputs, slots {slots:?}"));
-        let got_state = gpu.read(&state, SLOTS * len);
-        for s in 0..SLOTS {
-            let range = s * len..(s + 1) * len;
-            if slots.contains(&s) {
-                check_delta(
-                    &got_state[range.clone()],
-                    &want_state[range],
-                    format!("{what}: state of slot {s}"),
-                );
-            } else {
-                assert!(
-                    same_bits(&got_state[range.clone()], &state0[range]),
-                    "{what}: slot {s}, used by no token, changed"
-                );
+        for layout in layouts(&gpu, &case.shape) {
+            let case = case.in_layout(layout);
+            let what = format!("{what} {layout:?}");
+            let state = gpu.upload(&state0);
+            let got = case.run_on(&gpu, &state, &[(n, false)], |_, _| {
+                Step::batch(&toks, SLOT_CONTEXT)
+            });
+            check_delta(&got, &want, format!("{what}: outputs, slots {slots:?}"));
+            let got_state = gpu.read(&state, SLOTS * len);
+            for s in 0..SLOTS {
+                let range = s * len..(s + 1) * len;
+                if slots.contains(&s) {
+                    check_delta(
+                        &got_state[range.clone()],
+                        &want_state[range],
+                        format!("{what}: state of slot {s}"),
+                    );
+                } else {
+                    assert!(
+                        same_bits(&got_state[range.clone()], &state0[range]),
+                        "{what}: slot {s}, used by no token, changed"
+                    );
+                }
             }
+            let single = gpu.upload(&state0);
+            let one_by_one = case.run_on(&gpu, &single, &vec![(1, false); n], |t0, _| {
+                let (slot, pos) = toks[t0];
+                Step::for_sequence(1, pos, slot, SLOT_CONTEXT)
+            });
+            assert!(
+                same_bits(&got, &one_by_one)
+                    && same_bits(&got_state, &gpu.read(&single, SLOTS * len)),
+                "{what}: a batched step and one step per token differ"
+            );
         }
-        let single = gpu.upload(&state0);
-        let one_by_one = case.run_on(&gpu, &single, &vec![(1, false); n], |t0, _| {
-            let (slot, pos) = toks[t0];
-            Step::for_sequence(1, pos, slot, SLOT_CONTEXT)
-        });
-        assert!(
-            same_bits(&got, &one_by_one) && same_bits(&got_state, &gpu.read(&single, SLOTS * len)),
-            "{what}: a batched step and one step per token differ"
-        );
     }
 }
 
@@ -620,24 +669,28 @@ fn delta_net_chunked_on_one_slot_of_several() {
         let mut want_state = wide(&state0[len..2 * len]);
         let all: Vec<usize> = (0..n).collect();
         let want = case.reference_on(&all, &mut want_state);
-        let state = gpu.upload(&state0);
-        let split = [(40, true), (1, false), (33, true), (6, false)];
-        let got = case.run_on(&gpu, &state, &split, |t0, k| {
-            Step::for_sequence(k as u32, t0 as u32, 1, SLOT_CONTEXT)
-        });
-        check_delta(&got, &want, format!("{what}: outputs"));
-        let got_state = gpu.read(&state, 3 * len);
-        check_delta(
-            &got_state[len..2 * len],
-            &want_state,
-            format!("{what}: state of slot 1"),
-        );
-        for s in [0, 2] {
-            let range = s * len..(s + 1) * len;
-            assert!(
-                same_bits(&got_state[range.clone()], &state0[range]),
-                "{what}: slot {s} changed"
+        for layout in layouts(&gpu, &case.shape) {
+            let case = case.in_layout(layout);
+            let what = format!("{what} {layout:?}");
+            let state = gpu.upload(&state0);
+            let split = [(40, true), (1, false), (33, true), (6, false)];
+            let got = case.run_on(&gpu, &state, &split, |t0, k| {
+                Step::for_sequence(k as u32, t0 as u32, 1, SLOT_CONTEXT)
+            });
+            check_delta(&got, &want, format!("{what}: outputs"));
+            let got_state = gpu.read(&state, 3 * len);
+            check_delta(
+                &got_state[len..2 * len],
+                &want_state,
+                format!("{what}: state of slot 1"),
             );
+            for s in [0, 2] {
+                let range = s * len..(s + 1) * len;
+                assert!(
+                    same_bits(&got_state[range.clone()], &state0[range]),
+                    "{what}: slot {s} changed"
+                );
+            }
         }
     }
 }
@@ -677,6 +730,14 @@ fn qwen35_ops_reject_bad_shapes() {
         shape_error(
             delta_net::delta_net(ctx, &bad, &inputs, &b, &b, &s),
             &format!("{bad:?}"),
+        );
+    }
+    // The per-lane layout takes value heads of whole vec4s only.
+    if delta_net::per_lane_allowed(ctx, &good) {
+        let odd = DeltaNetShape { d_v: 6, ..good };
+        shape_error(
+            delta_net::delta_net_with(ctx, DeltaNetLayout::PerLane, &odd, &inputs, &b, &b, &s),
+            "per-lane, value heads 6 wide",
         );
     }
     // Scratch for 1 token, asked to cover 100.
@@ -882,21 +943,25 @@ fn recurrent_kernels_write_checkpoints() {
         let mut want_ckpt = wide(&case.state0);
         let first: Vec<usize> = (0..=k).collect();
         case.reference_on(&first, &mut want_ckpt);
-        let mut runs = Vec::new();
-        for s in [step(), marked()] {
-            let state = gpu.upload(&[&case.state0[..], &vec![9.0; len][..]].concat());
-            let out = case.run_on(&gpu, &state, &[(n, false)], |_, _| s);
-            runs.push((out, gpu.read(&state, 2 * len)));
+        for layout in layouts(&gpu, &case.shape) {
+            let case = case.in_layout(layout);
+            let what = format!("{what} {layout:?}");
+            let mut runs = Vec::new();
+            for s in [step(), marked()] {
+                let state = gpu.upload(&[&case.state0[..], &vec![9.0; len][..]].concat());
+                let out = case.run_on(&gpu, &state, &[(n, false)], |_, _| s);
+                runs.push((out, gpu.read(&state, 2 * len)));
+            }
+            let ((o0, s0), (o1, s1)) = (&runs[0], &runs[1]);
+            assert!(
+                same_bits(o0, o1) && same_bits(&s0[..len], &s1[..len]),
+                "{what}: the checkpoint changed the step"
+            );
+            assert!(
+                s0[len..].iter().all(|&v| v == 9.0),
+                "{what}: slot 1 written without one"
+            );
+            check_delta(&s1[len..], &want_ckpt, what);
         }
-        let ((o0, s0), (o1, s1)) = (&runs[0], &runs[1]);
-        assert!(
-            same_bits(o0, o1) && same_bits(&s0[..len], &s1[..len]),
-            "{what}: the checkpoint changed the step"
-        );
-        assert!(
-            s0[len..].iter().all(|&v| v == 9.0),
-            "{what}: slot 1 written without one"
-        );
-        check_delta(&s1[len..], &want_ckpt, what);
     }
 }

@@ -1,16 +1,55 @@
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
+use crate::ops::matvec::MatvecLayout;
 use crate::ops::{bind, params};
 
 /// State columns per workgroup.
 const COLS: u32 = 16;
+/// Lanes per workgroup of the per-lane layout: one SIMD vector of llvmpipe.
+const LANES: u32 = 8;
 /// Threads sharing one column (each holds ceil(d_k / SPLIT) rows of it).
 const SPLIT: u32 = 8;
 /// Tokens per chunk of the chunked form.
 pub const CHUNK: u32 = 32;
 /// Largest key head dim (the recurrent form keeps d_k / SPLIT state rows per thread).
 pub const MAX_HEAD_DIM: u32 = 256;
+
+/// How the recurrent form's threads share a head's state (see `shaders/delta_net.wgsl`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeltaNetLayout {
+    /// A subgroup of [`LANES`] lanes per four state columns, sums added across it by
+    /// shuffles, no barriers: CPU adapters with subgroups of at least [`LANES`] (natively),
+    /// where it also runs prefill.
+    PerLane,
+    /// SPLIT threads per column, sums reduced in workgroup memory: GPUs, and CPU adapters
+    /// without such subgroups.
+    Split,
+}
+
+impl DeltaNetLayout {
+    /// The per-lane layout on CPU adapters (those that get matvec's row-per-thread layout)
+    /// where it can run `shape`, else split.
+    pub fn for_shape(ctx: &GpuContext, shape: &DeltaNetShape) -> Self {
+        if matches!(ctx.matvec_layout, MatvecLayout::RowPerThread { .. })
+            && per_lane_allowed(ctx, shape)
+        {
+            Self::PerLane
+        } else {
+            Self::Split
+        }
+    }
+}
+
+/// Whether [`DeltaNetLayout::PerLane`] can run `shape` here: subgroups of at least [`LANES`]
+/// invocations (native only, as for matvec: browsers need `enable subgroups;`, which naga
+/// rejects), and value heads a whole number of vec4s wide.
+pub fn per_lane_allowed(ctx: &GpuContext, shape: &DeltaNetShape) -> bool {
+    cfg!(not(target_arch = "wasm32"))
+        && ctx.features.contains(wgpu::Features::SUBGROUP)
+        && ctx.subgroup_min_size >= LANES
+        && shape.d_v.is_multiple_of(4)
+}
 
 /// Head layout of a Gated DeltaNet layer (GGUF: `ssm.group_count` = n_k, `ssm.time_step_rank`
 /// = n_v, `ssm.state_size` = d_k, `ssm.inner_size` / n_v = d_v).
@@ -131,7 +170,7 @@ impl DeltaNetInputs<'_> {
 
 /// The gated delta rule token by token over the step's tokens (`shaders/delta_net.wgsl`):
 /// out [T, n_v, d_v], with `state` [n_v, d_k, d_v] (zero for a new sequence) carried in and
-/// updated in place. Any step length; the form for decode.
+/// updated in place. Any step length; the form for decode, in the adapter's layout.
 pub fn delta_net(
     ctx: &GpuContext,
     shape: &DeltaNetShape,
@@ -140,8 +179,46 @@ pub fn delta_net(
     out: &wgpu::Buffer,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
+    let layout = DeltaNetLayout::for_shape(ctx, shape);
+    delta_net_with(ctx, layout, shape, inputs, state, out, step)
+}
+
+/// [`delta_net`] in a given layout (tests run both).
+pub fn delta_net_with(
+    ctx: &GpuContext,
+    layout: DeltaNetLayout,
+    shape: &DeltaNetShape,
+    inputs: &DeltaNetInputs<'_>,
+    state: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
     shape.check("delta_net", state)?;
-    let pipeline = ctx.pipeline("delta_net.wgsl", "delta_net", &shape.macros())?;
+    let (macros, grid) = match layout {
+        DeltaNetLayout::Split => (shape.macros(), shape.column_grid()),
+        DeltaNetLayout::PerLane => {
+            if !per_lane_allowed(ctx, shape) {
+                return Err(EngineError::Shape {
+                    op: "delta_net",
+                    detail: format!(
+                        "the per-lane layout needs subgroups of at least {LANES} invocations (this adapter's: {}) and value heads a multiple of 4 wide ({})",
+                        ctx.subgroup_min_size, shape.d_v
+                    ),
+                });
+            }
+            let m = Macros::new()
+                .flag("PER_THREAD")
+                .u32("COLS", LANES)
+                .u32("SPLIT", 1)
+                .u32("MAX_R", shape.d_k)
+                .u32("CHUNK", CHUNK);
+            (
+                m,
+                Grid::Fixed([shape.n_v, shape.d_v.div_ceil(4 * LANES), 1]),
+            )
+        }
+    };
+    let pipeline = ctx.pipeline("delta_net.wgsl", "delta_net", &macros)?;
     let p = shape.params(ctx);
     let mut bindings = inputs.bindings();
     bindings.extend([
@@ -155,7 +232,7 @@ pub fn delta_net(
         "delta_net",
         pipeline,
         &bindings,
-        shape.column_grid(),
+        grid,
     ))
 }
 
