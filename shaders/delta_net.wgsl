@@ -26,7 +26,7 @@
 //   states[chunk, head, d_k, d_v], what a backward pass restarts each chunk from.
 // Macros: COLS, SPLIT (threads per column), MAX_R = ceil(d_k / SPLIT), CHUNK, SAVE_STATES;
 // or PER_THREAD (the recurrent form on CPU adapters with subgroups, alone in the module) with
-// COLS lanes, SPLIT = 1 and MAX_R = d_k.
+// COLS lanes, SPLIT = 1, MAX_R = d_k, and SAVE_STATES as the chunked form keeps them.
 
 #include "common/step.wgsl"
 
@@ -56,7 +56,11 @@ struct Params {
 @group(0) @binding(8) var<uniform> p: Params;
 @group(0) @binding(9) var<uniform> step: Step;
 #if SAVE_STATES
+#if PER_THREAD
+@group(0) @binding(10) var<storage, read_write> states: array<vec4<f32>>;
+#else
 @group(0) @binding(10) var<storage, read_write> states: array<f32>;
+#endif
 #endif
 
 const WG = COLS * SPLIT;
@@ -134,6 +138,15 @@ fn delta_net(@builtin(workgroup_id) wid: vec3<u32>,
             slot = step.tok[t].z;
             load_rows4(slot, l, &sr);
         }
+#if SAVE_STATES
+        // A prefill step (one sequence) of a training graph: each CHUNK tokens' incoming state,
+        // as the chunked form keeps it, to states[chunk, head, d_k, d_v].
+        if t % CHUNK == 0u && l.live {
+            for (var i = 0u; i < p.d_k; i++) {
+                states[state_index(t / CHUNK, l, i)] = sr[i];
+            }
+        }
+#endif
         // Sᵀk, Sᵀq and the norms (q·q, k·k, q·k), from the state before the update.
         var sk = vec4<f32>(0.0);
         var sq = vec4<f32>(0.0);

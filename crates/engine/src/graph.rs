@@ -393,8 +393,8 @@ impl<'a> Graph<'a> {
     }
 
     /// The gated delta rule (see [`ops::delta_net`]): token by token for decode and batched
-    /// steps, chunked for prefill (`chunks` its scratch), keeping each chunk's incoming state
-    /// in `states` when given (prefill only).
+    /// steps, chunked for prefill (`chunks` its scratch; token by token per lane on CPU
+    /// adapters), keeping each chunk's incoming state in `states` when given (prefill only).
     pub fn delta_net(
         &mut self,
         shape: &DeltaNetShape,
@@ -407,26 +407,38 @@ impl<'a> Graph<'a> {
         out.expect("delta_net", self.max_tokens, shape.n_v * shape.d_v)?;
         // Decode steps, and batched steps of several sequences (one token each): the
         // recurrent form, token by token. Prefill of one sequence: the chunked form, except
-        // on CPU adapters, whose per-lane recurrent form is faster (the chunked form's
-        // barriers and shared memory are what they do worst) unless chunk states are kept.
+        // on CPU adapters, whose per-lane recurrent form is several times faster (the chunked
+        // form's barriers and shared memory are what they do worst) and keeps the chunk
+        // states as well.
         let per_lane = ops::delta_net::DeltaNetLayout::for_shape(self.ctx, shape)
             == ops::delta_net::DeltaNetLayout::PerLane;
-        if self.tile == 1 || self.multi_sequence || (per_lane && states.is_none()) {
-            if states.is_some() {
+        let prefill = self.tile > 1 && !self.multi_sequence;
+        match states {
+            Some(_) if !prefill => {
                 return Err(EngineError::Config(
                     "chunk states are kept by prefill graphs only".into(),
                 ));
             }
-            self.push(ops::delta_net::delta_net(
+            Some(states) if per_lane => self.push(ops::delta_net::delta_net_keeping(
+                self.ctx,
+                shape,
+                inputs,
+                state,
+                &out.buffer,
+                &states.buffer,
+                self.max_tokens,
+                self.step,
+            )?),
+            None if per_lane || !prefill => self.push(ops::delta_net::delta_net(
                 self.ctx,
                 shape,
                 inputs,
                 state,
                 &out.buffer,
                 self.step,
-            )?);
-        } else {
-            self.dispatches
+            )?),
+            _ => self
+                .dispatches
                 .extend(ops::delta_net::delta_net_chunked_saving(
                     self.ctx,
                     shape,
@@ -437,7 +449,7 @@ impl<'a> Graph<'a> {
                     states.map(|s| &s.buffer),
                     self.max_tokens,
                     self.step,
-                )?);
+                )?),
         }
         Ok(())
     }

@@ -521,16 +521,15 @@ fn delta_net_chunked_matches_recurrent() {
     }
 }
 
-/// The training form of the chunked rule keeps each 32-token chunk's incoming state: over a
-/// 150-token step (5 chunks, the last partial) from a random state, states[c] equals the f64
-/// recurrence's state after tokens 0 .. 32c (tolerance as above), and the outputs are the same
-/// bits as without keeping.
+/// The training forms keep each 32-token chunk's incoming state — the chunked rule, and the
+/// per-lane recurrent form where it runs: over a 150-token step (5 chunks, the last partial)
+/// from a random state, states[c] equals the f64 recurrence's state after tokens 0 .. 32c
+/// (tolerance as above), and the outputs are the same bits as without keeping.
 #[test]
-fn delta_net_chunked_keeps_chunk_states() {
+fn delta_net_keeps_chunk_states() {
     let gpu = gpu_or_skip!();
     for (case, _) in delta_cases(&mut seeded()) {
         let sh = &case.shape;
-        let what = format!("delta_net_chunked states {sh:?}");
         let (nv, dv) = (sh.n_v as usize, sh.d_v as usize);
         let n = case.n;
         let (a, dt_bias) = (gpu.upload(&case.a), gpu.upload(&case.dt_bias));
@@ -546,37 +545,48 @@ fn delta_net_chunked_keeps_chunk_states() {
             a: &a,
             dt_bias: &dt_bias,
         };
-        let state = gpu.upload(&case.state0);
-        let out = gpu.zeros(n * nv * dv);
         let scratch = gpu.zeros(sh.chunk_scratch_bytes(n as u32) as usize / 4);
         let states_len = sh.chunk_states_len(n as u32) as usize;
-        let states = gpu.zeros(states_len);
         let s = gpu.step_of(Step::new(n as u32, 0));
-        let ds = delta_net::delta_net_chunked_saving(
-            &gpu.0,
-            sh,
-            &inputs,
-            &state,
-            &out,
-            &scratch,
-            Some(&states),
-            n as u32,
-            &s,
-        )
-        .unwrap();
-        gpu.run(&ds, n);
-        let got_out = gpu.read(&out, n * nv * dv);
-        assert!(
-            same_bits(&got_out, &case.run(&gpu, &[(n, true)])),
-            "{what}: outputs differ from the chunked form without states"
-        );
-        let got = gpu.read(&states, states_len);
-        let per = sh.state_len() as usize;
-        let mut st = wide(&case.state0);
-        for c in 0..n.div_ceil(32) {
-            check_delta(&got[c * per..][..per], &st, format!("{what} chunk {c}"));
-            let next: Vec<usize> = (c * 32..((c + 1) * 32).min(n)).collect();
-            case.reference_on(&next, &mut st);
+        let per_lane = delta_net::per_lane_allowed(&gpu.0, sh);
+        for chunked in [true, false].into_iter().filter(|&c| c || per_lane) {
+            let what = format!("delta_net states {sh:?}, chunked {chunked}");
+            let state = gpu.upload(&case.state0);
+            let out = gpu.zeros(n * nv * dv);
+            let states = gpu.zeros(states_len);
+            let (ds, plain): (Vec<Dispatch>, _) = if chunked {
+                let ds = delta_net::delta_net_chunked_saving(
+                    &gpu.0,
+                    sh,
+                    &inputs,
+                    &state,
+                    &out,
+                    &scratch,
+                    Some(&states),
+                    n as u32,
+                    &s,
+                );
+                (ds.unwrap().into(), case.run(&gpu, &[(n, true)]))
+            } else {
+                let d = delta_net::delta_net_keeping(
+                    &gpu.0, sh, &inputs, &state, &out, &states, n as u32, &s,
+                );
+                let plain = case.in_layout(DeltaNetLayout::PerLane);
+                (vec![d.unwrap()], plain.run(&gpu, &[(n, false)]))
+            };
+            gpu.run(&ds, n);
+            assert!(
+                same_bits(&gpu.read(&out, n * nv * dv), &plain),
+                "{what}: outputs differ from the same form without states"
+            );
+            let got = gpu.read(&states, states_len);
+            let per = sh.state_len() as usize;
+            let mut st = wide(&case.state0);
+            for c in 0..n.div_ceil(32) {
+                check_delta(&got[c * per..][..per], &st, format!("{what} chunk {c}"));
+                let next: Vec<usize> = (c * 32..((c + 1) * 32).min(n)).collect();
+                case.reference_on(&next, &mut st);
+            }
         }
     }
 }
@@ -742,6 +752,12 @@ fn qwen35_ops_reject_bad_shapes() {
     }
     // Scratch for 1 token, asked to cover 100.
     let scratch = gpu.zeros(good.chunk_scratch_bytes(1) as usize / 4);
+    if delta_net::per_lane_allowed(ctx, &good) {
+        shape_error(
+            delta_net::delta_net_keeping(ctx, &good, &inputs, &b, &b, &gpu.zeros(32), 100, &s),
+            "per-lane, chunk states for 1 chunk asked to cover 100 tokens",
+        );
+    }
     shape_error(
         delta_net::delta_net_chunked(ctx, &good, &inputs, &b, &b, &scratch, 100, &s),
         "small scratch",

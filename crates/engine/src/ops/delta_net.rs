@@ -193,6 +193,53 @@ pub fn delta_net_with(
     out: &wgpu::Buffer,
     step: &wgpu::Buffer,
 ) -> Result<Dispatch> {
+    recurrent(ctx, layout, shape, inputs, state, out, None, step)
+}
+
+/// [`delta_net`] in the per-lane layout over a prefill step of one sequence that also writes
+/// each [`CHUNK`] tokens' incoming state to `states`, as [`delta_net_chunked_saving`] does
+/// (what a backward pass restarts each chunk from): the training graph's form on CPU adapters.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_net_keeping(
+    ctx: &GpuContext,
+    shape: &DeltaNetShape,
+    inputs: &DeltaNetInputs<'_>,
+    state: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    states: &wgpu::Buffer,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
+    check_states(shape, states, max_tokens)?;
+    let layout = DeltaNetLayout::PerLane;
+    recurrent(ctx, layout, shape, inputs, state, out, Some(states), step)
+}
+
+fn check_states(shape: &DeltaNetShape, states: &wgpu::Buffer, max_tokens: u32) -> Result<()> {
+    if states.size() >= shape.chunk_states_len(max_tokens) * 4 {
+        return Ok(());
+    }
+    Err(EngineError::Shape {
+        op: "delta_net",
+        detail: format!(
+            "chunk states of {} bytes for {max_tokens} tokens (needs {})",
+            states.size(),
+            shape.chunk_states_len(max_tokens) * 4
+        ),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn recurrent(
+    ctx: &GpuContext,
+    layout: DeltaNetLayout,
+    shape: &DeltaNetShape,
+    inputs: &DeltaNetInputs<'_>,
+    state: &wgpu::Buffer,
+    out: &wgpu::Buffer,
+    states: Option<&wgpu::Buffer>,
+    step: &wgpu::Buffer,
+) -> Result<Dispatch> {
     shape.check("delta_net", state)?;
     let (macros, grid) = match layout {
         DeltaNetLayout::Split => (shape.macros(), shape.column_grid()),
@@ -218,6 +265,10 @@ pub fn delta_net_with(
             )
         }
     };
+    let macros = match states {
+        Some(_) => macros.flag("SAVE_STATES"),
+        None => macros,
+    };
     let pipeline = ctx.pipeline("delta_net.wgsl", "delta_net", &macros)?;
     let p = shape.params(ctx);
     let mut bindings = inputs.bindings();
@@ -227,6 +278,7 @@ pub fn delta_net_with(
         (8, bind(&p)),
         (9, bind(step)),
     ]);
+    bindings.extend(states.map(|s| (10, bind(s))));
     Ok(Dispatch::with_bindings(
         ctx,
         "delta_net",
@@ -270,17 +322,8 @@ pub fn delta_net_chunked_saving(
     step: &wgpu::Buffer,
 ) -> Result<[Dispatch; 2]> {
     shape.check("delta_net_chunked", state)?;
-    if let Some(states) = states
-        && states.size() < shape.chunk_states_len(max_tokens) * 4
-    {
-        return Err(EngineError::Shape {
-            op: "delta_net_chunked",
-            detail: format!(
-                "chunk states of {} bytes for {max_tokens} tokens (needs {})",
-                states.size(),
-                shape.chunk_states_len(max_tokens) * 4
-            ),
-        });
+    if let Some(states) = states {
+        check_states(shape, states, max_tokens)?;
     }
     let need = shape.chunk_scratch_bytes(max_tokens);
     // The scan keeps a [d_k, COLS] block of S and the chunk's Δ in workgroup memory.
