@@ -67,22 +67,32 @@ var<workgroup> kn: array<f32, MAX_DK>;
 const RB = 8u;
 var<workgroup> red: array<vec2<f32>, RB * WG>;
 
-// Fills qn and kn for token t of key head kh (all threads take part).
+// Fills qn and kn for token t of key head kh (all threads take part): each thread loads its
+// share of the rows and sums their squares, and the sums meet in a tree through `red` (on CPU
+// adapters every thread loading every row cost more than the barriers).
 fn load_token(t: u32, kh: u32, tid: u32) {
     workgroupBarrier();
-    var sq = 0.0;
-    var sk = 0.0;
-    for (var i = 0u; i < p.d_k; i++) {
+    var part = vec2<f32>(0.0);
+    for (var i = tid; i < p.d_k; i += WG) {
         let qv = qkv[q_at(t, kh) + i];
         let kv = qkv[k_at(t, kh) + i];
-        sq += qv * qv;
-        sk += kv * kv;
+        qn[i] = qv;
+        kn[i] = kv;
+        part += vec2<f32>(qv * qv, kv * kv);
     }
-    let rq = inverseSqrt(sq + p.eps) * p.q_scale;
-    let rk = inverseSqrt(sk + p.eps);
+    red[tid] = part;
+    for (var h = WG / 2u; h > 0u; h >>= 1u) {
+        workgroupBarrier();
+        if tid < h {
+            red[tid] += red[tid + h];
+        }
+    }
+    workgroupBarrier();
+    let rq = inverseSqrt(red[0].x + p.eps) * p.q_scale;
+    let rk = inverseSqrt(red[0].y + p.eps);
     for (var i = tid; i < p.d_k; i += WG) {
-        qn[i] = qkv[q_at(t, kh) + i] * rq;
-        kn[i] = qkv[k_at(t, kh) + i] * rk;
+        qn[i] *= rq;
+        kn[i] *= rk;
     }
     workgroupBarrier();
 }
@@ -113,14 +123,18 @@ fn delta_net_backward_replay(@builtin(workgroup_id) wid: vec3<u32>, @builtin(loc
     for (var r = 0u; r < p.d_k; r++) {
         sc[r] = state_in[state_index(0u, s, r, cc)];
     }
-    for (var t = 0u; t < step.n_tokens; t++) {
+    // Nothing after the last chunk's start is needed (a step of one chunk only copies).
+    let last = (step.n_tokens - 1u) / CHUNK * CHUNK;
+    for (var t = 0u; t <= last; t++) {
         if t % CHUNK == 0u && live {
             for (var r = 0u; r < p.d_k; r++) {
                 scratch[state_index(t / CHUNK, s, r, c)] = sc[r];
             }
         }
-        load_token(t, kh, tid);
-        advance(&sc, t, s, cc);
+        if t < last {
+            load_token(t, kh, tid);
+            advance(&sc, t, s, cc);
+        }
     }
 }
 
