@@ -8,6 +8,7 @@
 //! analytic f64 gradient that the differences confirm.
 //! Skips without an adapter unless LILYPAD_REQUIRE_GPU=1.
 
+use lilypad_engine::EngineError;
 use lilypad_engine::ops::attention::AttentionLayout;
 use lilypad_engine::ops::matmul::{MatmulLayout, Operand, TokenDim};
 use lilypad_engine::ops::rms_norm::GateGrad;
@@ -1470,9 +1471,23 @@ fn delta_net_backward_matches_finite_differences() {
         d_v,
         eps: 1e-6,
     };
-    check_delta_net_backward(&gpu, &mut r, shape(2, 4, 12, 10), 37, None);
-    // FrogNano's head sizes (128 × 128: a thread's whole column in registers), sampled.
-    check_delta_net_backward(&gpu, &mut r, shape(1, 2, 128, 128), 5, Some(150));
+    use ops::delta_net::DeltaNetLayout::{PerLane, Split};
+    // Both layouts where the per-lane one runs (CPU adapters with subgroups: lavapipe; value
+    // heads of whole vec4s): a subgroup per block of 32 columns, the last block partly used.
+    let cases = [
+        (shape(2, 4, 12, 10), 37, None),
+        (shape(2, 4, 12, 40), 37, None),
+        // FrogNano's head sizes (128 × 128: a thread's whole column in registers), sampled.
+        (shape(1, 2, 128, 128), 5, Some(150)),
+    ];
+    for (s, t, sampled) in cases {
+        for layout in [Split, PerLane] {
+            if layout == PerLane && !ops::delta_net::per_lane_allowed(&gpu.0, &s) {
+                continue;
+            }
+            check_delta_net_backward(&gpu, &mut r, layout, s, t, sampled);
+        }
+    }
     // A CPU adapter would cut the loops of long steps short: they are refused, not garbage.
     if gpu.0.loops_limited() {
         let s = shape(1, 2, 128, 128);
@@ -1499,6 +1514,15 @@ fn delta_net_backward_matches_finite_differences() {
             .err()
             .expect("512-token steps refused on a CPU adapter");
         assert!(err.to_string().contains("65535"), "{err}");
+        // The per-lane layout takes value heads of whole vec4s only.
+        let odd = shape(1, 2, 128, 126);
+        let err = ops::delta_net::delta_net_backward_with(
+            &gpu.0, PerLane, &inputs, &grads, odd, 1, &step,
+        );
+        assert!(
+            matches!(err, Err(EngineError::Shape { .. })),
+            "per-lane, d_v 126"
+        );
     }
 }
 
@@ -1506,6 +1530,7 @@ fn delta_net_backward_matches_finite_differences() {
 fn check_delta_net_backward(
     gpu: &common::Gpu,
     r: &mut StdRng,
+    layout: ops::delta_net::DeltaNetLayout,
     shape: ops::delta_net::DeltaNetShape,
     t: usize,
     sampled: Option<usize>,
@@ -1575,8 +1600,10 @@ fn check_delta_net_backward(
         scratch: &scratch,
     };
     let step = gpu.step_of(Step::new(t as u32, 0));
-    let ds = ops::delta_net::delta_net_backward(&gpu.0, &inputs, &grads, shape, t as u32, &step)
-        .unwrap();
+    let ds = ops::delta_net::delta_net_backward_with(
+        &gpu.0, layout, &inputs, &grads, shape, t as u32, &step,
+    )
+    .unwrap();
     gpu.run(&ds, t);
     // Every differenced input, none skipped.
     let tol = 1e-4;
@@ -1593,7 +1620,7 @@ fn check_delta_net_backward(
             fd,
             tol,
             0.05,
-            &format!("delta rule {what} ({shape:?})"),
+            &format!("delta rule {what} ({shape:?}, {layout:?})"),
         );
         eprintln!(
             "delta rule {what} ({} of {}): worst relative error {worst:.1e}",

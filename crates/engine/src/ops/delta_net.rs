@@ -413,13 +413,16 @@ impl DeltaNetShape {
     fn backward_scratch_offsets(&self, max_tokens: u32) -> [u64; 4] {
         let tokens = max_tokens.div_ceil(CHUNK) as u64 * self.state_len();
         let dqk = tokens + CHUNK as u64 * self.state_len();
-        let gates = dqk + max_tokens as u64 * self.n_v as u64 * 2 * self.d_k as u64;
-        [
-            tokens,
-            dqk,
-            gates,
-            gates + max_tokens as u64 * self.n_v as u64 * 2,
-        ]
+        // Sums per column block: room for the per-lane layout's.
+        let per_head = max_tokens as u64 * self.n_v as u64 * self.backward_blocks() as u64;
+        let gates = dqk + per_head * 2 * self.d_k as u64;
+        [tokens, dqk, gates, gates + per_head * 2]
+    }
+
+    /// Column blocks per value head of the per-lane backward (a subgroup of [`LANES`] lanes,
+    /// four columns each).
+    fn backward_blocks(&self) -> u32 {
+        self.d_v.div_ceil(4 * LANES)
     }
 }
 
@@ -449,7 +452,31 @@ pub fn delta_net_backward(
     max_tokens: u32,
     step: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>> {
+    let layout = DeltaNetLayout::for_shape(ctx, &shape);
+    delta_net_backward_with(ctx, layout, inputs, grads, shape, max_tokens, step)
+}
+
+/// [`delta_net_backward`] with its main pass in a given layout (tests run both): per lane, a
+/// subgroup per block of 32 state columns, its sums over columns kept per block.
+pub fn delta_net_backward_with(
+    ctx: &GpuContext,
+    layout: DeltaNetLayout,
+    inputs: &DeltaNetInputs,
+    grads: &DeltaNetGrads,
+    shape: DeltaNetShape,
+    max_tokens: u32,
+    step: &wgpu::Buffer,
+) -> Result<Vec<Dispatch>> {
     let s = shape;
+    if layout == DeltaNetLayout::PerLane && !per_lane_allowed(ctx, &s) {
+        return Err(EngineError::Shape {
+            op: "delta_net_backward",
+            detail: format!(
+                "the per-lane layout needs subgroups of at least {LANES} invocations (this adapter's: {}) and value heads a multiple of 4 wide ({})",
+                ctx.subgroup_min_size, s.d_v
+            ),
+        });
+    }
     if s.n_k == 0
         || s.n_v == 0
         || !s.n_v.is_multiple_of(s.n_k)
@@ -490,6 +517,14 @@ pub fn delta_net_backward(
         .u32("WG", BACKWARD_WG)
         .u32("MAX_DK", s.d_k.next_multiple_of(4))
         .u32("CHUNK", CHUNK);
+    let (main, main_grid, blocks) = match layout {
+        DeltaNetLayout::PerLane => (
+            macros.clone().flag("PER_THREAD").u32("COLS", LANES),
+            Grid::Fixed([s.n_v, s.backward_blocks(), 1]),
+            s.backward_blocks(),
+        ),
+        DeltaNetLayout::Split => (macros.clone(), Grid::Fixed([s.n_v, 1, 1]), 1),
+    };
     let p = params(
         ctx,
         "delta_net_backward",
@@ -503,16 +538,18 @@ pub fn delta_net_backward(
             tokens as u32,
             dqk as u32,
             gates as u32,
+            blocks,
         ],
     );
     let entry = |name: &'static str,
+                 macros: &Macros,
                  extra: Vec<(u32, wgpu::BindingResource)>,
                  grid: Grid|
      -> Result<Dispatch> {
         let mut bindings = inputs.bindings();
         bindings.extend(extra);
         bindings.extend([(11, bind(grads.scratch)), (12, bind(&p)), (13, bind(step))]);
-        let pipeline = ctx.pipeline("delta_net_backward.wgsl", name, &macros)?;
+        let pipeline = ctx.pipeline("delta_net_backward.wgsl", name, macros)?;
         Ok(Dispatch::with_bindings(
             ctx, name, pipeline, &bindings, grid,
         ))
@@ -520,20 +557,23 @@ pub fn delta_net_backward(
     Ok(vec![
         entry(
             "delta_net_backward_replay",
+            &macros,
             vec![(5, bind(grads.state_in))],
             Grid::Fixed([s.n_v, 1, 1]),
         )?,
         entry(
             "delta_net_backward",
+            &main,
             vec![
                 (6, bind(grads.d_out)),
                 (7, bind(grads.d_state)),
                 (8, bind(grads.dqkv)),
             ],
-            Grid::Fixed([s.n_v, 1, 1]),
+            main_grid,
         )?,
         entry(
             "delta_net_backward_qk",
+            &macros,
             vec![
                 (8, bind(grads.dqkv)),
                 (9, bind(grads.d_alpha)),
