@@ -197,6 +197,19 @@ fn qk_share(t: u32, kh: u32, i0: u32, me: u32, scales: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(qkv[q_at(t, kh) + i], qkv[k_at(t, kh) + i]) * scales;
 }
 
+// u = (γS)ᵀk̂ for the lane's four columns of S (the state before token t).
+fn decayed_sk(sc: ptr<function, array<vec4<f32>, MAX_DK>>, g: f32, t: u32, kh: u32, me: u32,
+              scales: vec2<f32>) -> vec4<f32> {
+    var u = vec4<f32>(0.0);
+    for (var i0 = 0u; i0 < p.d_k; i0 += COLS) {
+        let m = qk_share(t, kh, i0, me, scales);
+        for (var j = 0u; j < min(COLS, p.d_k - i0); j++) {
+            u += g * (*sc)[i0 + j] * subgroupShuffle(m, j).y;
+        }
+    }
+    return u;
+}
+
 fn scratch4(at: u32) -> vec4<f32> {
     return vec4<f32>(scratch[at], scratch[at + 1u], scratch[at + 2u], scratch[at + 3u]);
 }
@@ -243,13 +256,7 @@ fn delta_net_backward(@builtin(workgroup_id) wid: vec3<u32>,
             }
             let scales = token_scales(t, kh, me);
             let g = exp(log_decay(t, s));
-            var u = zero;
-            for (var i0 = 0u; i0 < p.d_k; i0 += COLS) {
-                let m = qk_share(t, kh, i0, me, scales);
-                for (var j = 0u; j < min(COLS, p.d_k - i0); j++) {
-                    u += g * sc[i0 + j] * subgroupShuffle(m, j).y;
-                }
-            }
+            let u = decayed_sk(&sc, g, t, kh, me, scales);
             var v = zero;
             if live {
                 v = v_row4(t, s, col);
@@ -277,13 +284,7 @@ fn delta_net_backward(@builtin(workgroup_id) wid: vec3<u32>,
                 let at = (tt * p.n_v + s) * p.d_v + col;
                 d_o = vec4<f32>(d_out[at], d_out[at + 1u], d_out[at + 2u], d_out[at + 3u]);
             }
-            var u = zero;
-            for (var i0 = 0u; i0 < p.d_k; i0 += COLS) {
-                let m = qk_share(tt, kh, i0, me, scales);
-                for (var j = 0u; j < min(COLS, p.d_k - i0); j++) {
-                    u += g * sc[i0 + j] * subgroupShuffle(m, j).y;
-                }
-            }
+            let u = decayed_sk(&sc, g, tt, kh, me, scales);
             let dl = b * (v - u);
             var ddl = zero;
             for (var i0 = 0u; i0 < p.d_k; i0 += COLS) {

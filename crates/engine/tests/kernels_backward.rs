@@ -1471,7 +1471,6 @@ fn delta_net_backward_matches_finite_differences() {
         d_v,
         eps: 1e-6,
     };
-    use ops::delta_net::DeltaNetLayout::{PerLane, Split};
     // Both layouts where the per-lane one runs (CPU adapters with subgroups: lavapipe; value
     // heads of whole vec4s): a subgroup per block of 32 columns, the last block partly used.
     let cases = [
@@ -1481,10 +1480,7 @@ fn delta_net_backward_matches_finite_differences() {
         (shape(1, 2, 128, 128), 5, Some(150)),
     ];
     for (s, t, sampled) in cases {
-        for layout in [Split, PerLane] {
-            if layout == PerLane && !ops::delta_net::per_lane_allowed(&gpu.0, &s) {
-                continue;
-            }
+        for layout in common::delta_layouts(&gpu, &s) {
             check_delta_net_backward(&gpu, &mut r, layout, s, t, sampled);
         }
     }
@@ -1517,7 +1513,13 @@ fn delta_net_backward_matches_finite_differences() {
         // The per-lane layout takes value heads of whole vec4s only.
         let odd = shape(1, 2, 128, 126);
         let err = ops::delta_net::delta_net_backward_with(
-            &gpu.0, PerLane, &inputs, &grads, odd, 1, &step,
+            &gpu.0,
+            ops::delta_net::DeltaNetLayout::PerLane,
+            &inputs,
+            &grads,
+            odd,
+            1,
+            &step,
         );
         assert!(
             matches!(err, Err(EngineError::Shape { .. })),

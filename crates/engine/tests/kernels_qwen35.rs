@@ -14,7 +14,7 @@ use lilypad_engine::ops::{self, Step, rope::RopeMode};
 use rand::{Rng, rngs::StdRng};
 
 mod common;
-use common::{Gpu, seeded};
+use common::{Gpu, delta_layouts, seeded};
 
 /// Uniform in [lo, hi).
 fn uniform(r: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
@@ -266,17 +266,6 @@ fn conv1d_batched_slots_match_reference() {
 
 // ---- gated delta rule ----
 
-/// The recurrent form's layouts for `shape` on the test adapter: split (GPUs), and per lane
-/// where it can run (CPU adapters with subgroups of 8 or more, as lavapipe; value heads a
-/// multiple of 4 wide). Every recurrent test runs each.
-fn layouts(gpu: &Gpu, shape: &DeltaNetShape) -> Vec<DeltaNetLayout> {
-    let mut all = vec![DeltaNetLayout::Split];
-    if delta_net::per_lane_allowed(&gpu.0, shape) {
-        all.push(DeltaNetLayout::PerLane);
-    }
-    all
-}
-
 /// One random DeltaNet layer input over `n` tokens, and the layout its recurrent steps run in.
 #[derive(Clone)]
 struct DeltaCase {
@@ -475,7 +464,7 @@ fn delta_net_recurrent_matches_reference() {
         );
     }
     for (case, want) in delta_cases(&mut seeded()) {
-        for layout in layouts(&gpu, &case.shape) {
+        for layout in delta_layouts(&gpu, &case.shape) {
             let case = case.in_layout(layout);
             let what = format!("delta_net {layout:?} {:?}", case.shape);
             let batch = case.run(&gpu, &[(150, false)]);
@@ -510,7 +499,7 @@ fn delta_net_chunked_matches_recurrent() {
             (1, false),
             (43, true),
         ];
-        for layout in layouts(&gpu, &case.shape) {
+        for layout in delta_layouts(&gpu, &case.shape) {
             let mixed = case.in_layout(layout).run(&gpu, &split);
             check_delta(
                 &mixed,
@@ -623,7 +612,7 @@ fn delta_net_recurrent_batched_slots_match_reference() {
             }
         }
         let toks = slot_tokens(&slots);
-        for layout in layouts(&gpu, &case.shape) {
+        for layout in delta_layouts(&gpu, &case.shape) {
             let case = case.in_layout(layout);
             let what = format!("{what} {layout:?}");
             let state = gpu.upload(&state0);
@@ -679,7 +668,7 @@ fn delta_net_chunked_on_one_slot_of_several() {
         let mut want_state = wide(&state0[len..2 * len]);
         let all: Vec<usize> = (0..n).collect();
         let want = case.reference_on(&all, &mut want_state);
-        for layout in layouts(&gpu, &case.shape) {
+        for layout in delta_layouts(&gpu, &case.shape) {
             let case = case.in_layout(layout);
             let what = format!("{what} {layout:?}");
             let state = gpu.upload(&state0);
@@ -959,7 +948,7 @@ fn recurrent_kernels_write_checkpoints() {
         let mut want_ckpt = wide(&case.state0);
         let first: Vec<usize> = (0..=k).collect();
         case.reference_on(&first, &mut want_ckpt);
-        for layout in layouts(&gpu, &case.shape) {
+        for layout in delta_layouts(&gpu, &case.shape) {
             let case = case.in_layout(layout);
             let what = format!("{what} {layout:?}");
             let mut runs = Vec::new();

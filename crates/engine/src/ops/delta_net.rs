@@ -51,6 +51,20 @@ pub fn per_lane_allowed(ctx: &GpuContext, shape: &DeltaNetShape) -> bool {
         && shape.d_v.is_multiple_of(4)
 }
 
+/// A typed error where [`DeltaNetLayout::PerLane`] cannot run `shape` (for `op`).
+fn check_per_lane(ctx: &GpuContext, shape: &DeltaNetShape, op: &'static str) -> Result<()> {
+    if per_lane_allowed(ctx, shape) {
+        return Ok(());
+    }
+    Err(EngineError::Shape {
+        op,
+        detail: format!(
+            "the per-lane layout needs subgroups of at least {LANES} invocations (this adapter's: {}) and value heads a multiple of 4 wide ({})",
+            ctx.subgroup_min_size, shape.d_v
+        ),
+    })
+}
+
 /// Head layout of a Gated DeltaNet layer (GGUF: `ssm.group_count` = n_k, `ssm.time_step_rank`
 /// = n_v, `ssm.state_size` = d_k, `ssm.inner_size` / n_v = d_v).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -244,25 +258,14 @@ fn recurrent(
     let (macros, grid) = match layout {
         DeltaNetLayout::Split => (shape.macros(), shape.column_grid()),
         DeltaNetLayout::PerLane => {
-            if !per_lane_allowed(ctx, shape) {
-                return Err(EngineError::Shape {
-                    op: "delta_net",
-                    detail: format!(
-                        "the per-lane layout needs subgroups of at least {LANES} invocations (this adapter's: {}) and value heads a multiple of 4 wide ({})",
-                        ctx.subgroup_min_size, shape.d_v
-                    ),
-                });
-            }
+            check_per_lane(ctx, shape, "delta_net")?;
             let m = Macros::new()
                 .flag("PER_THREAD")
                 .u32("COLS", LANES)
                 .u32("SPLIT", 1)
                 .u32("MAX_R", shape.d_k)
                 .u32("CHUNK", CHUNK);
-            (
-                m,
-                Grid::Fixed([shape.n_v, shape.d_v.div_ceil(4 * LANES), 1]),
-            )
+            (m, Grid::Fixed([shape.n_v, shape.lane_blocks(), 1]))
         }
     };
     let macros = match states {
@@ -414,14 +417,14 @@ impl DeltaNetShape {
         let tokens = max_tokens.div_ceil(CHUNK) as u64 * self.state_len();
         let dqk = tokens + CHUNK as u64 * self.state_len();
         // Sums per column block: room for the per-lane layout's.
-        let per_head = max_tokens as u64 * self.n_v as u64 * self.backward_blocks() as u64;
+        let per_head = max_tokens as u64 * self.n_v as u64 * self.lane_blocks() as u64;
         let gates = dqk + per_head * 2 * self.d_k as u64;
         [tokens, dqk, gates, gates + per_head * 2]
     }
 
-    /// Column blocks per value head of the per-lane backward (a subgroup of [`LANES`] lanes,
-    /// four columns each).
-    fn backward_blocks(&self) -> u32 {
+    /// Column blocks per value head of the per-lane layout, forward and backward (a subgroup
+    /// of [`LANES`] lanes, four columns each).
+    fn lane_blocks(&self) -> u32 {
         self.d_v.div_ceil(4 * LANES)
     }
 }
@@ -468,14 +471,8 @@ pub fn delta_net_backward_with(
     step: &wgpu::Buffer,
 ) -> Result<Vec<Dispatch>> {
     let s = shape;
-    if layout == DeltaNetLayout::PerLane && !per_lane_allowed(ctx, &s) {
-        return Err(EngineError::Shape {
-            op: "delta_net_backward",
-            detail: format!(
-                "the per-lane layout needs subgroups of at least {LANES} invocations (this adapter's: {}) and value heads a multiple of 4 wide ({})",
-                ctx.subgroup_min_size, s.d_v
-            ),
-        });
+    if layout == DeltaNetLayout::PerLane {
+        check_per_lane(ctx, &s, "delta_net_backward")?;
     }
     if s.n_k == 0
         || s.n_v == 0
@@ -520,8 +517,8 @@ pub fn delta_net_backward_with(
     let (main, main_grid, blocks) = match layout {
         DeltaNetLayout::PerLane => (
             macros.clone().flag("PER_THREAD").u32("COLS", LANES),
-            Grid::Fixed([s.n_v, s.backward_blocks(), 1]),
-            s.backward_blocks(),
+            Grid::Fixed([s.n_v, s.lane_blocks(), 1]),
+            s.lane_blocks(),
         ),
         DeltaNetLayout::Split => (macros.clone(), Grid::Fixed([s.n_v, 1, 1]), 1),
     };

@@ -59,6 +59,20 @@ impl Gpu {
     }
 }
 
+/// The gated delta rule's layouts for `shape` on the test adapter: split (GPUs), and per lane
+/// where it can run (CPU adapters with subgroups of 8 or more, as lavapipe; value heads a
+/// multiple of 4 wide). Every delta-rule kernel test runs each.
+pub fn delta_layouts(
+    gpu: &Gpu,
+    shape: &ops::delta_net::DeltaNetShape,
+) -> Vec<ops::delta_net::DeltaNetLayout> {
+    let mut all = vec![ops::delta_net::DeltaNetLayout::Split];
+    if ops::delta_net::per_lane_allowed(&gpu.0, shape) {
+        all.push(ops::delta_net::DeltaNetLayout::PerLane);
+    }
+    all
+}
+
 /// The test adapter, or return from the test (a failure instead with LILYPAD_REQUIRE_GPU=1).
 #[macro_export]
 macro_rules! gpu_or_skip {
