@@ -82,8 +82,9 @@ impl TextTokenizer {
         eos: Option<&str>,
     ) -> Result<Self> {
         // tokenizers 0.23 panics on some malformed JSON inside a component (the decoder reads
-        // its object with `expect`), so the text must be JSON before it gets to see it.
-        serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
+        // its object with `expect`), so the text must be JSON before it gets to see it: parsed
+        // whole, strings included (skipping them does not check their bytes are UTF-8).
+        serde_json::from_slice::<serde_json::Value>(bytes)
             .map_err(|e| TokenizerError::Invalid(format!("tokenizer.json is not JSON: {e}")))?;
         let inner = Tokenizer::from_bytes(bytes)?;
         let id = |s: Option<&str>| s.and_then(|s| inner.token_to_id(s));

@@ -40,6 +40,24 @@ fn a_syntax_error_inside_the_decoder_is_an_error() {
     assert!(err.to_string().contains("not JSON"), "{err}");
 }
 
+/// Found by the `tokenizer_json` fuzz target: a byte that is not UTF-8 inside a string of the
+/// decoder's object (its type, "B\x99teLevel") passed a check that skipped over strings, and
+/// tokenizers' `expect` panicked on it.
+#[test]
+fn a_byte_that_is_not_utf8_inside_the_decoder_is_an_error() {
+    let bytes = fixture();
+    let decoder = b"\"decoder\": {\n    \"type\": \"ByteLevel\"";
+    let at = bytes
+        .windows(decoder.len())
+        .position(|w| w == decoder)
+        .expect("the fixture's decoder changed");
+    let mut broken = bytes.clone();
+    broken[at + decoder.len() - "yteLevel\"".len()] = 0x99;
+    let err = load(&broken).err().expect("a broken decoder is refused");
+    assert!(matches!(err, TokenizerError::Invalid(_)), "{err}");
+    assert!(err.to_string().contains("not JSON"), "{err}");
+}
+
 #[test]
 fn every_truncation_is_an_error() {
     let bytes = fixture();
