@@ -5,7 +5,8 @@
 // Positions are visited in chunks of WG with an online softmax (running max and sum), so
 // no score buffer is needed and the context length is bounded only by the cache.
 // Macros: WG (chunk size and threads), MAX_D = ceil(head_dim / WG) accumulators per thread;
-// or PER_THREAD (CPU adapters, below) with HD4 = head_dim / 4 and optionally SUBGROUPS.
+// or PER_THREAD (CPU adapters, below) with HD4 = head_dim / 4, GROUP = query heads per KV
+// head and optionally SUBGROUPS.
 // KV_F16: the cache holds packed f16 pairs (common/kv.wgsl).
 // SAVE_LSE: lse[t, head] = log Σ exp(scaled scores), the softmax statistics a backward pass
 // recomputes the probabilities from.
@@ -21,11 +22,13 @@ struct Params {
 
 #if PER_THREAD
 // CPU adapters (lavapipe): a workgroup is one SIMD vector of 8 lanes, every barrier a
-// coroutine switch and every storage load issued lane by lane. So a thread owns one (head,
-// token) query with its head_dim accumulators in registers, the 8 lanes are 8 consecutive
-// tokens of one head, and each K/V row (the same for all of them) is loaded once per
-// workgroup: lane i loads vec4s i, i + 8, … and subgroup shuffles hand them to the others
-// (without subgroups every lane loads the whole row). No barriers, no shared memory.
+// coroutine switch and every storage load issued lane by lane, at many times the cost of the
+// arithmetic on what it brings. So a thread owns one token's queries of GROUP heads that read
+// the same KV head, with their head_dim accumulators in registers, the 8 lanes are 8
+// consecutive tokens, and each K/V row (the same for all of them) is loaded once per
+// workgroup for all GROUP heads: lane i loads vec4s i, i + 8, … and subgroup shuffles hand
+// them to the others (without subgroups every lane loads the whole row). No barriers, no
+// shared memory.
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> k: array<KvVec4>;
 @group(0) @binding(2) var<storage, read> v: array<KvVec4>;
@@ -37,7 +40,7 @@ struct Params {
 #endif
 
 const NEG_BIG: f32 = -3.0e38;
-// Positions scored before the running max and the accumulators are rescaled.
+// Positions `attention_split` scores before its running max and accumulators are rescaled.
 const CHUNK = 8u;
 
 #include "common/kv.wgsl"
@@ -54,60 +57,60 @@ fn load(which: u32, i: u32) -> vec4<f32> {
 @compute @workgroup_size(LANES)
 fn attention(@builtin(workgroup_id) wid: vec3<u32>, ids: LaneIds) {
     let tid = enter(ids);
-    let head = wid.x;
+    // GROUP query heads that read one KV head share each of its rows.
+    let head0 = wid.x * GROUP;
+    let kv_head = head0 / (p.n_head / p.n_kv);
     let t0 = wid.y * LANES;
     if t0 >= step.n_tokens {
         return;
     }
     let a = query_lane(t0, tid);
     let t = a.t;
-    let kv_head = head / (p.n_head / p.n_kv);
-    let q_base = (t * p.n_head + head) * HD4;
-    var qv: Row;
+#repeat GROUP
+    var q$i: Row;
     for (var i = 0u; i < HD4; i++) {
-        qv[i] = q[q_base + i] * p.scale;
+        q$i[i] = q[(t * p.n_head + head0 + $iu) * HD4 + i] * p.scale;
     }
-    var m = NEG_BIG;
-    var l = 0.0;
-    var acc: Row;
-    for (var c0 = 0u; c0 < a.n_pos_all; c0 += CHUNK) {
-        var s: array<f32, CHUNK>;
-        var m_new = m;
-        for (var j = 0u; j < CHUNK; j++) {
-            let row = a.first + min(c0 + j, a.last_pos);
-            let kr = load_row(0u, (row * p.n_kv + kv_head) * HD4);
+    var m$i = NEG_BIG;
+    var l$i = 0.0;
+    var acc$i: Row;
+#endrepeat
+    // One position at a time, rescaling as the max grows: on a CPU adapter the rescale's
+    // arithmetic costs less than keeping a chunk's scores in an array.
+    for (var pos = 0u; pos < a.n_pos_all; pos++) {
+        let row = (a.first + min(pos, a.last_pos)) * p.n_kv + kv_head;
+        let live = pos < a.n_pos;
+        let kr = load_row(0u, row * HD4);
+        let vr = load_row(1u, row * HD4);
+#repeat GROUP
+        {
             var d = vec4<f32>(0.0);
             for (var i = 0u; i < HD4; i++) {
-                d += qv[i] * kr[i];
+                d += q$i[i] * kr[i];
             }
-            // Positions past this lane's token (or past the end) do not count.
-            s[j] = select(NEG_BIG, d.x + d.y + d.z + d.w, c0 + j < a.n_pos);
-            m_new = max(m_new, s[j]);
-        }
-        // Position 0 is valid for every lane, so m_new is finite from the first chunk on.
-        let corr = exp(m - m_new);
-        l *= corr;
-        for (var i = 0u; i < HD4; i++) {
-            acc[i] *= corr;
-        }
-        for (var j = 0u; j < CHUNK; j++) {
-            let row = a.first + min(c0 + j, a.last_pos);
-            let pr = select(0.0, exp(s[j] - m_new), c0 + j < a.n_pos);
-            l += pr;
-            let vr = load_row(1u, (row * p.n_kv + kv_head) * HD4);
+            // Positions past this lane's token do not count; position 0 counts for every
+            // lane, so the max is finite from the first position on.
+            let s = select(NEG_BIG, d.x + d.y + d.z + d.w, live);
+            let m_new = max(m$i, s);
+            let corr = exp(m$i - m_new);
+            let pr = exp(s - m_new);
+            l$i = l$i * corr + pr;
             for (var i = 0u; i < HD4; i++) {
-                acc[i] += pr * vr[i];
+                acc$i[i] = acc$i[i] * corr + pr * vr[i];
             }
+            m$i = m_new;
         }
-        m = m_new;
+#endrepeat
     }
     if a.live {
+#repeat GROUP
         for (var i = 0u; i < HD4; i++) {
-            out[q_base + i] = acc[i] / l;
+            out[(t * p.n_head + head0 + $iu) * HD4 + i] = acc$i[i] / l$i;
         }
 #if SAVE_LSE
-        lse[t * p.n_head + head] = m + log(l);
+        lse[t * p.n_head + head0 + $iu] = m$i + log(l$i);
 #endif
+#endrepeat
     }
 }
 
@@ -192,6 +195,95 @@ fn attention_split(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocat
 #endif
     }
 }
+
+#if SUBGROUPS
+// Decode with subgroups: a workgroup is one (KV head, token) and serves the GROUP query
+// heads that read that KV head, so each K/V row is loaded once for all of them (on lavapipe
+// a storage load costs far more than the arithmetic on what it brings), and nothing is
+// merged through workgroup memory. Scores: lane j scores position c0 + j for every head
+// from its own whole K row. Output: lane j owns vec4s j, j + LANES, … of every head's
+// output and receives each position's probability by a shuffle. Each head's running max is
+// the subgroup's (the same in every lane); sums stay per lane until the end. Per-head values
+// are written out per head (#repeat), not arrays indexed by a head loop (see kernels.rs).
+const OUT_SLOTS = (HD4 + LANES - 1u) / LANES;
+
+@compute @workgroup_size(LANES)
+fn attention_decode(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(subgroup_invocation_id) me: u32) {
+    let head0 = wid.x * GROUP;
+    let kv_head = head0 / (p.n_head / p.n_kv);
+    let t = wid.y;
+    let n_pos = step.tok[t].x + 1u;
+    let first = step.tok[t].y - step.tok[t].x;
+#repeat GROUP
+    var q$i: Row;
+    for (var i = 0u; i < HD4; i++) {
+        q$i[i] = q[(t * p.n_head + head0 + $iu) * HD4 + i] * p.scale;
+    }
+    var m$i = NEG_BIG;
+    var l$i = 0.0;
+    var p$i = 0.0;
+    var acc$i: array<vec4<f32>, OUT_SLOTS>;
+#endrepeat
+    for (var c0 = 0u; c0 < n_pos; c0 += LANES) {
+        let live = c0 + me < n_pos;
+        let kb = ((first + min(c0 + me, n_pos - 1u)) * p.n_kv + kv_head) * HD4;
+        var kr: Row;
+        for (var i = 0u; i < HD4; i++) {
+            kr[i] = k4(kb + i);
+        }
+#repeat GROUP
+        {
+            var d = vec4<f32>(0.0);
+            for (var i = 0u; i < HD4; i++) {
+                d += q$i[i] * kr[i];
+            }
+            let s = select(NEG_BIG, d.x + d.y + d.z + d.w, live);
+            // Lane 0's position is valid, so the new max is finite.
+            let m_new = max(m$i, subgroupMax(s));
+            let corr = exp(m$i - m_new);
+            p$i = select(0.0, exp(s - m_new), live);
+            l$i = l$i * corr + p$i;
+            for (var i = 0u; i < OUT_SLOTS; i++) {
+                acc$i[i] *= corr;
+            }
+            m$i = m_new;
+        }
+#endrepeat
+        for (var j = 0u; j < min(LANES, n_pos - c0); j++) {
+            let vb = ((first + c0 + j) * p.n_kv + kv_head) * HD4;
+            var vr: array<vec4<f32>, OUT_SLOTS>;
+            for (var i = 0u; i < OUT_SLOTS; i++) {
+                vr[i] = v4(vb + min(i * LANES + me, HD4 - 1u));
+            }
+#repeat GROUP
+            {
+                let pj = subgroupShuffle(p$i, j);
+                for (var i = 0u; i < OUT_SLOTS; i++) {
+                    acc$i[i] += pj * vr[i];
+                }
+            }
+#endrepeat
+        }
+    }
+#repeat GROUP
+    {
+        let l_all = subgroupAdd(l$i);
+        let base = (t * p.n_head + head0 + $iu) * HD4;
+        for (var i = 0u; i < OUT_SLOTS; i++) {
+            if i * LANES + me < HD4 {
+                out[base + i * LANES + me] = acc$i[i] / l_all;
+            }
+        }
+#if SAVE_LSE
+        if me == 0u {
+            lse[t * p.n_head + head0 + $iu] = m$i + log(l_all);
+        }
+#endif
+    }
+#endrepeat
+}
+#endif
 #else
 @group(0) @binding(0) var<storage, read> q: array<f32>;
 @group(0) @binding(1) var<storage, read> k: array<KvScalar>;

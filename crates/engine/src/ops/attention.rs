@@ -17,6 +17,21 @@ const PER_THREAD_MAX_DIM: u32 = 128;
 /// from 8 tokens on the lane-per-token layout keeps every lane busy (measured equal at 8).
 const SPLIT_MAX_TOKENS: u32 = 7;
 
+/// Query and output vec4s a lane of a per-thread workgroup may hold for the heads it serves
+/// (they share each K/V row it loads, and each adds a query and an output row of head_dim / 4
+/// vec4s to every lane): four heads of 64 dims, two of 128.
+const MAX_GROUP_VEC4S: u32 = 64;
+
+/// Query heads per workgroup of the per-thread layout, for `group` query heads per KV head
+/// and `hd4` vec4s per head: the largest divisor of `group` within [`MAX_GROUP_VEC4S`].
+fn heads_per_group(group: u32, hd4: u32) -> u32 {
+    let most = (MAX_GROUP_VEC4S / hd4.max(1)).max(1);
+    (1..=most.min(group))
+        .rev()
+        .find(|d| group.is_multiple_of(*d))
+        .unwrap_or(1)
+}
+
 /// How threads share the work (see `shaders/attention.wgsl`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AttentionLayout {
@@ -87,7 +102,10 @@ pub fn attention_saving(
         AttentionLayout::PerThread { subgroups }
             if head_dim.is_multiple_of(4) && head_dim <= PER_THREAD_MAX_DIM =>
         {
-            let mut m = Macros::new().flag("PER_THREAD").u32("HD4", head_dim / 4);
+            let mut m = Macros::new()
+                .flag("PER_THREAD")
+                .u32("HD4", head_dim / 4)
+                .u32("GROUP", heads_per_group(n_head / n_kv, head_dim / 4));
             // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).
             if subgroups
                 && cfg!(not(target_arch = "wasm32"))
@@ -113,26 +131,43 @@ pub fn attention_saving(
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
     let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
     bindings.extend(lse.map(bind));
+    if per_y == 1 {
+        return Ok(Dispatch::new(
+            ctx,
+            "attention",
+            pipeline,
+            &bindings,
+            Grid::PerTokens { x: n_head, per_y },
+        ));
+    }
+    // Per-thread layout: a workgroup serves GROUP query heads of one KV head.
+    let group = heads_per_group(n_head / n_kv, head_dim / 4);
     let dispatch = Dispatch::new(
         ctx,
         "attention",
         pipeline,
         &bindings,
-        Grid::PerTokens { x: n_head, per_y },
+        Grid::PerTokens {
+            x: n_head / group,
+            per_y,
+        },
     );
-    if per_y == 1 {
-        return Ok(dispatch);
-    }
     // Per-thread layout: decode steps get a workgroup per (head, token) whose lanes split the
-    // positions instead of a lane per token.
-    let split = ctx.pipeline("attention.wgsl", "attention_split", &macros)?;
+    // positions instead of a lane per token; with subgroups of at least a workgroup, one per
+    // (KV head, token) serving its query heads together.
+    let (entry, workgroups) = if macros.is_set("SUBGROUPS") && ctx.subgroup_min_size >= LANES {
+        ("attention_decode", n_head / group)
+    } else {
+        ("attention_split", n_head)
+    };
+    let split = ctx.pipeline("attention.wgsl", entry, &macros)?;
     let split = Dispatch::new(
         ctx,
         "attention",
         split,
         &bindings,
         Grid::PerTokens {
-            x: n_head,
+            x: workgroups,
             per_y: 1,
         },
     );
