@@ -351,12 +351,12 @@ fn rows4(row: u32, last: u32, c: u32, xt: Xt, acc: Acc) -> Acc {
 
 fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
     for (var i = 0u; i < 4u; i++) {
-        if row + i < p.rows {
-            for (var t = 0u; t < min(n_tile, 4u); t++) {
+        for (var t = 0u; t < 4u; t++) {
+            if row + i < p.rows && t < n_tile {
                 store(row + i, t0 + t, acc.lo[i][t]);
             }
-            for (var t = 4u; t < n_tile; t++) {
-                store(row + i, t0 + t, acc.hi[i][t - 4u]);
+            if row + i < p.rows && t + 4u < n_tile {
+                store(row + i, t0 + t + 4u, acc.hi[i][t]);
             }
         }
     }
@@ -402,8 +402,8 @@ fn rows4(row: u32, last: u32, c: u32, xt: Xt, acc: Acc) -> Acc {
 
 fn store4(row: u32, t0: u32, n_tile: u32, acc: Acc) {
     for (var i = 0u; i < 4u; i++) {
-        if row + i < p.rows {
-            for (var t = 0u; t < n_tile; t++) {
+        for (var t = 0u; t < TILE; t++) {
+            if row + i < p.rows && t < n_tile {
                 store(row + i, t0 + t, acc[i][t]);
             }
         }

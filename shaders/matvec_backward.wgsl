@@ -65,8 +65,7 @@ fn matvec_backward(
     var acc_a: array<vec4<f32>, TILE>;
     var acc_b: array<vec4<f32>, TILE>;
     // Four rows at a time: each token's four products are summed before they reach its
-    // accumulators (on CPU adapters these live in memory, and adding to them was most of the
-    // kernel's time). Rows past the end repeat the last one with a zero gradient.
+    // accumulators. Rows past the end repeat the last one with a zero gradient.
     let rl = p.row_end - 1u;
     for (var r = p.row_begin; r < p.row_end; r += 4u) {
         let r1 = min(r + 1u, rl);
@@ -100,21 +99,23 @@ fn matvec_backward(
             acc_b[k] += w0.b * g.x + w1.b * g.y + w2.b * g.z + w3.b * g.w;
         }
     }
-    // The unit's columns (as vec4 indices within a row), the same in every row.
+    // The unit's columns (as vec4 indices within a row), the same in every row. Written out
+    // per token: a loop that breaks early stays rolled on llvmpipe, and indexing the
+    // accumulators with its counter would keep them in memory for the whole kernel.
     let w = load_unit(0u, uu, p.cols);
     let row4 = p.cols / 4u;
-    for (var k = 0u; k < TILE; k++) {
-        if k >= nt || u >= p.cols / 8u {
-            break;
-        }
-        let ia = (t0 + k) * row4 + w.ia;
-        let ib = (t0 + k) * row4 + w.ib;
+    let store = u < p.cols / 8u;
+#repeat TILE
+    if $iu < nt && store {
+        let ia = (t0 + $iu) * row4 + w.ia;
+        let ib = (t0 + $iu) * row4 + w.ib;
 #if ACCUMULATE
-        dx[ia] += acc_a[k];
-        dx[ib] += acc_b[k];
+        dx[ia] += acc_a[$i];
+        dx[ib] += acc_b[$i];
 #else
-        dx[ia] = acc_a[k];
-        dx[ib] = acc_b[k];
+        dx[ia] = acc_a[$i];
+        dx[ib] = acc_b[$i];
 #endif
     }
+#endrepeat
 }
