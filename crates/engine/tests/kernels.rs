@@ -757,7 +757,8 @@ fn attention_reference(
     (want, lse)
 }
 
-/// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256,
+/// Causal GQA over a cache, prompts longer than one 64-position chunk, head dims up to 256
+/// (wider than 128: a workgroup per token in the per-thread layout, for 1 and 11 tokens),
 /// partial 8-token tiles, steps of 1 to 7 tokens deep into the cache (the per-thread
 /// layout's positions split over lanes, some lanes seeing fewer positions than others), every
 /// layout (the per-thread one falls back for head dim 42), f32 and f16 caches (the reference
@@ -777,6 +778,7 @@ fn attention_matches_reference() {
         (6, 2, 64, 333, 3),
         (3, 1, 128, 90, 2),
         (4, 2, 32, 4, 1),
+        (4, 2, 256, 40, 11),
     ] {
         let kv_len = (pos0 + tokens) as usize;
         let (hd_, nkv, nh) = (hd as usize, n_kv as usize, n_head as usize);

@@ -8,10 +8,15 @@ use crate::tensor::DType;
 const WG: u32 = 64;
 /// Tokens per workgroup of the per-thread layout (`shaders/attention.wgsl`).
 const LANES: u32 = 8;
-/// Widest head the per-thread layout takes: a thread keeps a whole K/V row and its output
-/// in registers, and past this they spill (FrogNano's 256-wide heads ran several times
-/// slower per-thread than per-workgroup on lavapipe).
+/// Widest head the per-thread layout takes for steps of many tokens: a thread keeps whole
+/// K/V rows and its output in registers, and past this they spill (FrogNano's 256-wide heads
+/// ran 6x slower per-thread than per-workgroup on lavapipe, 64 tokens after 512 positions).
 const PER_THREAD_MAX_DIM: u32 = 128;
+/// Widest head its `attention_decode` entry takes (subgroups): a lane holds one K row and an
+/// eighth of the output. Heads wider than [`PER_THREAD_MAX_DIM`] take it for steps of any
+/// size (FrogNano's 256-wide heads: 3x faster than the workgroup layout on lavapipe, in
+/// decode and in 64-token steps).
+const DECODE_MAX_DIM: u32 = 256;
 /// Steps of at most this many tokens (decode, a few sequences at once) use the per-thread
 /// layout's `attention_split`, which spreads each query's positions over a workgroup's lanes;
 /// from 8 tokens on the lane-per-token layout keeps every lane busy (measured equal at 8).
@@ -98,80 +103,71 @@ pub fn attention_saving(
             detail: format!("{n_head} query heads, {n_kv} KV heads, head dim {head_dim} (max 256)"),
         });
     }
-    let (macros, per_y) = match layout {
-        AttentionLayout::PerThread { subgroups }
-            if head_dim.is_multiple_of(4) && head_dim <= PER_THREAD_MAX_DIM =>
-        {
-            let mut m = Macros::new()
-                .flag("PER_THREAD")
-                .u32("HD4", head_dim / 4)
-                .u32("GROUP", heads_per_group(n_head / n_kv, head_dim / 4));
-            // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).
-            if subgroups
-                && cfg!(not(target_arch = "wasm32"))
-                && ctx.features.contains(wgpu::Features::SUBGROUP)
-            {
-                m = m.flag("SUBGROUPS");
-            }
-            (m, LANES)
-        }
-        _ => (
-            Macros::new()
-                .u32("WG", WG)
-                .u32("MAX_D", head_dim.div_ceil(WG)),
-            1,
-        ),
+    let finish = |m: Macros| {
+        let m = match lse {
+            Some(_) => m.flag("SAVE_LSE"),
+            None => m,
+        };
+        kv_macro(m, kv)
     };
-    let macros = match lse {
-        Some(_) => macros.flag("SAVE_LSE"),
-        None => macros,
-    };
-    let macros = kv_macro(macros, kv);
-    let pipeline = ctx.pipeline("attention.wgsl", "attention", &macros)?;
     let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
     let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
     bindings.extend(lse.map(bind));
-    if per_y == 1 {
-        return Ok(Dispatch::new(
+    let dispatch = |entry: &'static str, macros: &Macros, x: u32, per_y: u32| -> Result<Dispatch> {
+        let pipeline = ctx.pipeline("attention.wgsl", entry, macros)?;
+        Ok(Dispatch::new(
             ctx,
             "attention",
             pipeline,
             &bindings,
-            Grid::PerTokens { x: n_head, per_y },
-        ));
-    }
-    // Per-thread layout: a workgroup serves GROUP query heads of one KV head.
-    let group = heads_per_group(n_head / n_kv, head_dim / 4);
-    let dispatch = Dispatch::new(
-        ctx,
-        "attention",
-        pipeline,
-        &bindings,
-        Grid::PerTokens {
-            x: n_head / group,
-            per_y,
-        },
-    );
-    // Per-thread layout: decode steps get a workgroup per (head, token) whose lanes split the
-    // positions instead of a lane per token; with subgroups of at least a workgroup, one per
-    // (KV head, token) serving its query heads together.
-    let (entry, workgroups) = if macros.is_set("SUBGROUPS") && ctx.subgroup_min_size >= LANES {
-        ("attention_decode", n_head / group)
-    } else {
-        ("attention_split", n_head)
+            Grid::PerTokens { x, per_y },
+        ))
     };
-    let split = ctx.pipeline("attention.wgsl", entry, &macros)?;
-    let split = Dispatch::new(
-        ctx,
-        "attention",
-        split,
-        &bindings,
-        Grid::PerTokens {
-            x: workgroups,
-            per_y: 1,
-        },
+    let workgroup = finish(
+        Macros::new()
+            .u32("WG", WG)
+            .u32("MAX_D", head_dim.div_ceil(WG)),
     );
-    Ok(dispatch.with_few_tokens(SPLIT_MAX_TOKENS, split))
+    let AttentionLayout::PerThread { subgroups } = layout else {
+        return dispatch("attention", &workgroup, n_head, 1);
+    };
+    // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).
+    let subgroups = subgroups
+        && cfg!(not(target_arch = "wasm32"))
+        && ctx.features.contains(wgpu::Features::SUBGROUP);
+    // A workgroup serves GROUP query heads of one KV head.
+    let group = heads_per_group(n_head / n_kv, head_dim / 4);
+    let mut per_thread = Macros::new()
+        .flag("PER_THREAD")
+        .u32("HD4", head_dim / 4)
+        .u32("GROUP", group);
+    if subgroups {
+        per_thread = per_thread.flag("SUBGROUPS");
+    }
+    let per_thread = finish(per_thread);
+    // Decode steps: with subgroups of at least a workgroup, a workgroup per (KV head's query
+    // heads, token) whose lanes score positions; without, one per (head, token) whose lanes
+    // split the positions.
+    let decode = subgroups && ctx.subgroup_min_size >= LANES;
+    if !head_dim.is_multiple_of(4) || head_dim > DECODE_MAX_DIM {
+        return dispatch("attention", &workgroup, n_head, 1);
+    }
+    if head_dim > PER_THREAD_MAX_DIM {
+        // Wider heads: a workgroup per (heads, token) for every step where subgroups allow
+        // (each token's workgroup loads the rows again, which still beats the workgroup
+        // layout's barriers 3x on lavapipe), else the workgroup layout.
+        if !decode {
+            return dispatch("attention", &workgroup, n_head, 1);
+        }
+        return dispatch("attention_decode", &per_thread, n_head / group, 1);
+    }
+    let many = dispatch("attention", &per_thread, n_head / group, LANES)?;
+    let few = if decode {
+        dispatch("attention_decode", &per_thread, n_head / group, 1)?
+    } else {
+        dispatch("attention_split", &per_thread, n_head, 1)?
+    };
+    Ok(many.with_few_tokens(SPLIT_MAX_TOKENS, few))
 }
 
 /// The buffers of [`attention_backward`]: the forward's inputs, output and saved
