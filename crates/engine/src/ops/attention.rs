@@ -18,8 +18,9 @@ const PER_THREAD_MAX_DIM: u32 = 128;
 /// decode and in 64-token steps).
 const DECODE_MAX_DIM: u32 = 256;
 /// Steps of at most this many tokens (decode, a few sequences at once) use the per-thread
-/// layout's `attention_split`, which spreads each query's positions over a workgroup's lanes;
-/// from 8 tokens on the lane-per-token layout keeps every lane busy (measured equal at 8).
+/// layout's decode entries (`attention_decode`, or `attention_split` without subgroups),
+/// which spread each query's positions over a workgroup's lanes; from 8 tokens on the
+/// lane-per-token layout keeps every lane busy (measured equal at 8).
 const SPLIT_MAX_TOKENS: u32 = 7;
 
 /// Query and output vec4s a lane of a per-thread workgroup may hold for the heads it serves
