@@ -124,7 +124,7 @@ impl Macros {
         self.0.push((name.to_string(), value));
         self.0.sort();
     }
-    pub fn is_set(&self, name: &str) -> bool {
+    fn is_set(&self, name: &str) -> bool {
         self.0
             .iter()
             .any(|(n, v)| n == name && v != "0" && v != "0u")
