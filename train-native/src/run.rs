@@ -12,8 +12,14 @@
 //! policy) drops its group from the update; the error goes to episodes.jsonl. A skipped
 //! group of agent tasks moves its task's hint level toward the band (online calibration:
 //! [`Family::refine`]); the checkpoint keeps the levels.
+//!
+//! Asynchronous rollouts (`staleness = N`): a sampling thread with its own copy of the model
+//! samples update u's groups with the adapter of update u − N while the trainer takes the
+//! updates before it ([`Sampler`]); off-policy episodes carry the sampling adapter's
+//! log-probabilities for the importance ratio.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -27,7 +33,7 @@ use serde::{Deserialize, Serialize};
 use crate::episodes::{Family, SamplingConfig, TasksConfig};
 use crate::grpo::{AdvantageNorm, carries_signal};
 use crate::task::{append_line, read_lines};
-use crate::train::{RunState, Schedule, Trainer, UpdateStats, load_checkpoint};
+use crate::train::{Episode, RunState, Schedule, Trainer, UpdateStats, load_checkpoint};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -77,6 +83,12 @@ pub struct RunConfig {
     /// default, as FrogNano was trained).
     #[serde(default)]
     pub kl: f64,
+    /// Asynchronous rollouts: 0 (the default) samples each update's groups with the adapter
+    /// being trained; N ≥ 1 samples them on a second copy of the model in its own thread with
+    /// the adapter of N updates before, while the trainer updates (the importance ratio
+    /// against that adapter's log-probabilities corrects for the lag).
+    #[serde(default)]
+    pub staleness: u32,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -155,7 +167,12 @@ struct Metrics<'a> {
     in_band: f64,
     /// Online calibration's moves this update: `{"task", "from", "to"}` (instance ids).
     refined: &'a [serde_json::Value],
+    /// Time spent sampling this update's groups (in the sampling thread when asynchronous).
     sample_ms: f64,
+    /// Time the trainer waited for them (all of sampling when synchronous).
+    wait_ms: f64,
+    /// Updates the sampling adapter lagged behind the one trained (0 on-policy).
+    behind: u32,
     step_ms: f64,
 }
 
@@ -352,8 +369,6 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     for log in [&metrics_path, &out.join("episodes.jsonl")] {
         keep_steps_before(log, run.step)?;
     }
-    // Every episode's reply and reward, for reading what the policy does.
-    let episodes_log = out.join("episodes.jsonl");
     let eval_tasks = match &config.eval {
         Some(eval) => Some(Family::load(ws, &config.tasks, &eval.file)?),
         None => None,
@@ -410,132 +425,148 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     if eval_step(run.step) && !evaluated(run.step)? {
         evaluate(&mut session, run.step)?;
     }
-    let (started, first_step) = (Instant::now(), run.step);
-    while run.step < last {
-        let t0 = Instant::now();
-        let mut groups = Vec::new();
-        let (mut drawn, mut skipped, mut failed) = (0, 0, 0);
-        let mut refined = Vec::new();
-        while groups.len() < config.groups_per_step
-            && drawn < config.groups_per_step * config.max_draws
-        {
-            let task = task_at(run.cursor, tasks.len(), config.seed);
-            run.cursor += 1;
-            drawn += 1;
-            let seed = config
-                .seed
-                .wrapping_mul(1_000_003)
-                .wrapping_add(run.episodes);
-            let first = run.episodes;
-            run.episodes += config.group as u64;
-            let trajectory =
-                |i: usize| out.join(format!("trajectories/{:06}.json", first + i as u64));
-            let (sampled, error) = tasks.group(
-                &mut session,
-                task,
-                &config.sampling,
-                seed,
-                config.group,
-                &trajectory,
-            );
-            let mut group = Vec::with_capacity(config.group);
-            for (episode, mut record) in sampled {
-                record["step"] = run.step.into();
-                append_line(&episodes_log, &record)?;
-                group.push(episode);
-            }
-            if let Some(e) = error {
-                // The environment failed, not the policy (a sandbox that would not start, a
-                // copy that could not be made): the group is not trained on, and the run goes
-                // on with the next task.
-                let error = format!("{e:#}");
-                eprintln!("task {task}: {error}");
-                let record = serde_json::json!({
-                    "step": run.step, "seed": seed.wrapping_add(group.len() as u64), "error": error,
-                });
-                append_line(&episodes_log, &record)?;
-            }
-            let rewards: Vec<f64> = group.iter().map(|e| e.reward).collect();
-            if group.len() < config.group {
-                failed += 1;
-            } else if carries_signal(&rewards) {
-                groups.push(group);
-            } else {
-                skipped += 1;
-                if let Some((from, to)) = tasks.refine(task, rewards[0]) {
-                    eprintln!(
-                        "task {task}: every episode scored {}: {from} -> {to}",
-                        rewards[0]
-                    );
-                    refined.push(serde_json::json!({"task": task, "from": from, "to": to}));
-                    run.hint_levels = tasks.hint_levels();
-                }
-            }
+    // Asynchronous rollouts: a second copy of the model samples in its own thread, each
+    // update's groups with the adapter of `staleness` updates before, while this thread
+    // trains. It is sent every adapter the trainer makes; the checkpoint keeps those it
+    // still needs.
+    let staleness = config.staleness;
+    let mut sampling_adapters: std::collections::BTreeMap<u32, LoraAdapter> = Default::default();
+    if staleness > 0 {
+        let current = pollster::block_on(session.model_mut().lora_adapter())?
+            .context("the model carries no adapter")?;
+        let checkpoint = load_checkpoint(&out)?.map(|(_, _, path)| path);
+        for updates in run.step.saturating_sub(staleness)..run.step {
+            let checkpoint = checkpoint.as_deref().context("no checkpoint")?;
+            let adapter = crate::train::sampling_adapter(checkpoint, updates, &base)?;
+            sampling_adapters.insert(updates, adapter);
         }
-        let sample_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let lr = schedule.lr(run.step);
-        let stats = if groups.is_empty() {
-            // Nothing to learn from this draw: the step still counts, with no update.
-            UpdateStats {
-                step: run.step,
-                lr,
-                ..Default::default()
+        sampling_adapters.insert(run.step, current);
+    }
+    let (started, first_step) = (Instant::now(), run.step);
+    std::thread::scope(|scope| -> Result<()> {
+        let mut source = if staleness > 0 {
+            let (groups_tx, groups_rx) = std::sync::mpsc::channel();
+            let (adapters_tx, adapters_rx) = std::sync::mpsc::channel();
+            for (&updates, adapter) in &sampling_adapters {
+                let _ = adapters_tx.send((updates, adapter.clone()));
+            }
+            let sampler = Sampler {
+                model_args: &model_args,
+                name: &name,
+                sequences,
+                config: &config,
+                out: &out,
+                start: run.clone(),
+                last,
+            };
+            let tasks = std::mem::replace(&mut tasks, Family::Reply(Vec::new()));
+            scope.spawn(move || sampler.run(tasks, adapters_rx, groups_tx));
+            Source::Thread {
+                groups: groups_rx,
+                adapters: adapters_tx,
             }
         } else {
-            let model = session.model_mut();
-            let mut stats = pollster::block_on(trainer.update(model, &groups, lr))?;
-            if stats.nonfinite {
-                eprintln!(
-                    "update {}: the gradient's norm is {}: no optimizer step (nonfinite in the metrics)",
-                    run.step + 1,
-                    stats.grad_norm
-                );
+            Source::Inline(&mut tasks)
+        };
+        while run.step < last {
+            let t0 = Instant::now();
+            let sampled = match &mut source {
+                Source::Inline(tasks) => {
+                    sample_update(&mut session, tasks, &config, &out, run.step, run.step, &run)?
+                }
+                Source::Thread { groups, .. } => groups
+                    .recv()
+                    .context("the sampling thread stopped without a word")??,
+            };
+            let wait_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let groups = &sampled.groups;
+            let lr = schedule.lr(run.step);
+            let stats = if groups.is_empty() {
+                // Nothing to learn from this draw: the step still counts, with no update.
+                UpdateStats {
+                    step: run.step,
+                    lr,
+                    ..Default::default()
+                }
+            } else {
+                let model = session.model_mut();
+                let mut stats = pollster::block_on(trainer.update(model, groups, lr))?;
+                if stats.nonfinite {
+                    eprintln!(
+                        "update {}: the gradient's norm is {}: no optimizer step (nonfinite in the metrics)",
+                        run.step + 1,
+                        stats.grad_norm
+                    );
+                }
+                // The run's count: updates that found no group took no optimizer step.
+                stats.step = run.step;
+                stats
+            };
+            let behind = run.step - sampled.version;
+            run.step += 1;
+            run.cursor = sampled.cursor;
+            run.episodes = sampled.episodes;
+            run.hint_levels = sampled.hint_levels.clone();
+            let line = Metrics {
+                update: &stats,
+                groups: groups.len(),
+                groups_skipped: sampled.skipped,
+                groups_failed: sampled.failed,
+                refined: &sampled.refined,
+                in_band: groups.len() as f64 / sampled.drawn.max(1) as f64,
+                sample_ms: sampled.ms,
+                wait_ms,
+                behind,
+                step_ms: t0.elapsed().as_secs_f64() * 1e3,
+            };
+            append_line(&metrics_path, &line)?;
+            if let Source::Thread { adapters, .. } = &source {
+                let adapter = pollster::block_on(session.model_mut().lora_adapter())?
+                    .context("the model carries no adapter")?;
+                // A sampler that has stopped reports why on the groups channel.
+                let _ = adapters.send((run.step, adapter.clone()));
+                sampling_adapters.insert(run.step, adapter);
+                sampling_adapters.retain(|&u, _| u + staleness >= run.step);
             }
-            // The run's count: updates that found no group took no optimizer step.
-            stats.step = run.step;
-            stats
-        };
-        run.step += 1;
-        let line = Metrics {
-            update: &stats,
-            groups: groups.len(),
-            groups_skipped: skipped,
-            groups_failed: failed,
-            refined: &refined,
-            in_band: groups.len() as f64 / drawn.max(1) as f64,
-            sample_ms,
-            step_ms: t0.elapsed().as_secs_f64() * 1e3,
-        };
-        append_line(&metrics_path, &line)?;
-        pollster::block_on(crate::train::save_checkpoint(
-            &out,
-            session.model_mut(),
-            &base,
-            &trainer,
-            &run,
-        ))?;
-        if eval_step(run.step) {
-            evaluate(&mut session, run.step)?;
+            // The adapters a resumed run samples its next updates with (not the current one,
+            // which is the checkpoint's own).
+            let behind_adapters: Vec<(u32, &LoraAdapter)> = sampling_adapters
+                .iter()
+                .filter(|&(&u, _)| u < run.step)
+                .map(|(&u, a)| (u, a))
+                .collect();
+            pollster::block_on(crate::train::save_checkpoint(
+                &out,
+                session.model_mut(),
+                &base,
+                &trainer,
+                &run,
+                &behind_adapters,
+            ))?;
+            if eval_step(run.step) {
+                evaluate(&mut session, run.step)?;
+            }
+            draw_curve(&out);
+            // The time left, at this session's mean time per update (evaluations included).
+            let elapsed = started.elapsed().as_secs_f64();
+            let eta = elapsed / f64::from(run.step - first_step) * f64::from(last - run.step);
+            eprintln!(
+                "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all, about {} left)",
+                run.step,
+                config.steps,
+                stats.mean_reward,
+                stats.loss,
+                groups.len(),
+                sampled.skipped,
+                stats.grad_norm,
+                lr,
+                t0.elapsed().as_secs_f64(),
+                elapsed,
+                duration(eta),
+            );
         }
-        draw_curve(&out);
-        // The time left, at this session's mean time per update (evaluations included).
-        let elapsed = started.elapsed().as_secs_f64();
-        let eta = elapsed / f64::from(run.step - first_step) * f64::from(last - run.step);
-        eprintln!(
-            "update {}/{}: reward {:.3}, loss {:+.4}, {} groups ({} skipped), grad norm {:.3}, lr {:.2e}, {:.1} s ({:.0} s in all, about {} left)",
-            run.step,
-            config.steps,
-            stats.mean_reward,
-            stats.loss,
-            groups.len(),
-            skipped,
-            stats.grad_norm,
-            lr,
-            t0.elapsed().as_secs_f64(),
-            elapsed,
-            duration(eta),
-        );
-    }
+        Ok(())
+    })?;
     // Drawn again at the end, so rerunning a finished run brings the chart up to date.
     draw_curve(&out);
     eprintln!(
@@ -545,6 +576,206 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         out.join("curve.svg").display()
     );
     Ok(())
+}
+
+/// Where an update's groups come from: this thread, or the sampling thread of an
+/// asynchronous run (and where the trainer's adapters go to it).
+enum Source<'a> {
+    Inline(&'a mut Family),
+    Thread {
+        groups: Receiver<Result<Sampled>>,
+        adapters: Sender<(u32, LoraAdapter)>,
+    },
+}
+
+/// One update's groups with signal, and how sampling went.
+struct Sampled {
+    /// Updates the sampling adapter had taken: the update's own index on-policy, fewer when
+    /// asynchronous.
+    version: u32,
+    groups: Vec<Vec<Episode>>,
+    drawn: usize,
+    skipped: usize,
+    failed: usize,
+    refined: Vec<serde_json::Value>,
+    ms: f64,
+    /// The run's sampling state after this update's draws.
+    cursor: u64,
+    episodes: u64,
+    hint_levels: Vec<u8>,
+}
+
+/// Draws tasks from `from`'s place in the run's order and samples a group of each with the
+/// session's adapter (which has taken `version` updates) until `groups_per_step` groups carry
+/// signal or `max_draws` per group were drawn; every episode goes to episodes.jsonl as
+/// update `step`'s. Off-policy groups (`version < step`) carry the sampling adapter's
+/// log-probabilities for the importance ratio.
+fn sample_update(
+    session: &mut ChatSession,
+    tasks: &mut Family,
+    config: &RunConfig,
+    out: &Path,
+    step: u32,
+    version: u32,
+    from: &RunState,
+) -> Result<Sampled> {
+    let t0 = Instant::now();
+    // Every episode's reply and reward, for reading what the policy does.
+    let episodes_log = out.join("episodes.jsonl");
+    let mut s = Sampled {
+        version,
+        groups: Vec::new(),
+        drawn: 0,
+        skipped: 0,
+        failed: 0,
+        refined: Vec::new(),
+        ms: 0.0,
+        cursor: from.cursor,
+        episodes: from.episodes,
+        hint_levels: from.hint_levels.clone(),
+    };
+    while s.groups.len() < config.groups_per_step
+        && s.drawn < config.groups_per_step * config.max_draws
+    {
+        let task = task_at(s.cursor, tasks.len(), config.seed);
+        s.cursor += 1;
+        s.drawn += 1;
+        let seed = config.seed.wrapping_mul(1_000_003).wrapping_add(s.episodes);
+        let first = s.episodes;
+        s.episodes += config.group as u64;
+        let trajectory = |i: usize| out.join(format!("trajectories/{:06}.json", first + i as u64));
+        let (sampled, error) = tasks.group(
+            session,
+            task,
+            &config.sampling,
+            seed,
+            config.group,
+            &trajectory,
+        );
+        let mut group = Vec::with_capacity(config.group);
+        for (episode, mut record) in sampled {
+            record["step"] = step.into();
+            append_line(&episodes_log, &record)?;
+            group.push(episode);
+        }
+        if let Some(e) = error {
+            // The environment failed, not the policy (a sandbox that would not start, a
+            // copy that could not be made): the group is not trained on, and the run goes
+            // on with the next task.
+            let error = format!("{e:#}");
+            eprintln!("task {task}: {error}");
+            let record = serde_json::json!({
+                "step": step, "seed": seed.wrapping_add(group.len() as u64), "error": error,
+            });
+            append_line(&episodes_log, &record)?;
+        }
+        let rewards: Vec<f64> = group.iter().map(|e: &Episode| e.reward).collect();
+        if group.len() < config.group {
+            s.failed += 1;
+        } else if carries_signal(&rewards) {
+            if version < step {
+                let model = session.model_mut();
+                for episode in &mut group {
+                    model.truncate(0);
+                    let tokens = &episode.transcript.tokens;
+                    episode.logp_old = Some(pollster::block_on(model.log_probs(
+                        0,
+                        tokens,
+                        &episode.targets(),
+                    ))?);
+                }
+            }
+            s.groups.push(group);
+        } else {
+            s.skipped += 1;
+            if let Some((from, to)) = tasks.refine(task, rewards[0]) {
+                eprintln!(
+                    "task {task}: every episode scored {}: {from} -> {to}",
+                    rewards[0]
+                );
+                s.refined
+                    .push(serde_json::json!({"task": task, "from": from, "to": to}));
+                s.hint_levels = tasks.hint_levels();
+            }
+        }
+    }
+    s.ms = t0.elapsed().as_secs_f64() * 1e3;
+    Ok(s)
+}
+
+/// The sampling thread of an asynchronous run: its own copy of the model, which samples
+/// update u's groups with the adapter of u − staleness updates (waiting for the trainer to
+/// send it), from `start` until `last`.
+struct Sampler<'a> {
+    model_args: &'a lilypad_cli::ModelArgs,
+    /// The model's name in the session (its file name, as the trainer's session has it).
+    name: &'a str,
+    sequences: u32,
+    config: &'a RunConfig,
+    out: &'a Path,
+    start: RunState,
+    last: u32,
+}
+
+impl Sampler<'_> {
+    fn run(
+        self,
+        mut tasks: Family,
+        adapters: Receiver<(u32, LoraAdapter)>,
+        groups: Sender<Result<Sampled>>,
+    ) {
+        if let Err(e) = self.sample(&mut tasks, &adapters, &groups) {
+            let _ = groups.send(Err(e.context("sampling")));
+        }
+    }
+
+    fn sample(
+        &self,
+        tasks: &mut Family,
+        adapters: &Receiver<(u32, LoraAdapter)>,
+        groups: &Sender<Result<Sampled>>,
+    ) -> Result<()> {
+        let loaded =
+            lilypad_cli::Loaded::open_with_progress(self.model_args, self.sequences, &mut |_| {})?;
+        let mut session = ChatSession::new(loaded.model, loaded.tok, self.name)?;
+        if let Family::Agent(_) = tasks {
+            crate::rollout::keep_openings(&mut session);
+        }
+        let mut received = std::collections::BTreeMap::new();
+        let mut current = None;
+        let mut state = self.start.clone();
+        for step in self.start.step..self.last {
+            let version = step.saturating_sub(self.config.staleness);
+            while !received.contains_key(&version) {
+                // The trainer stopped (done, or failed: it reports that itself).
+                let Ok((updates, adapter)) = adapters.recv() else {
+                    return Ok(());
+                };
+                received.insert(updates, adapter);
+            }
+            received.retain(|&u, _| u >= version);
+            if current != Some(version) {
+                session.model_mut().set_lora(Some(&received[&version]))?;
+                current = Some(version);
+            }
+            let sampled = sample_update(
+                &mut session,
+                tasks,
+                self.config,
+                self.out,
+                step,
+                version,
+                &state,
+            )?;
+            state.cursor = sampled.cursor;
+            state.episodes = sampled.episodes;
+            state.hint_levels = sampled.hint_levels.clone();
+            if groups.send(Ok(sampled)).is_err() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
 }
 
 fn draw_curve(out: &Path) {

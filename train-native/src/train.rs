@@ -13,6 +13,7 @@ use lilypad_engine::{
     ActivationMode, AdamWConfig, LoraAdamW, LoraGradients, Model, OptimizerState,
 };
 use lilypad_gguf::GgufFile;
+use lilypad_gguf::peft::LoraAdapter;
 use serde::{Deserialize, Serialize};
 
 use crate::grpo::{
@@ -283,13 +284,16 @@ pub struct RunState {
 /// `DIR/checkpoint`: the adapter as PEFT files (what `export` and `--lora` read), the
 /// optimizer's state (adapter buffers and moments, bit for bit) and the run's state. Written
 /// to a fresh folder beside it and swapped in by renames, so a kill at any moment leaves the
-/// previous checkpoint or the new one, whole.
+/// previous checkpoint or the new one, whole. `sampling`: earlier adapters an asynchronous
+/// run still samples with (`sampling/<updates>/`, as PEFT files, keyed by the updates they had
+/// taken).
 pub async fn save_checkpoint(
     dir: &Path,
     model: &mut Model,
     base: &GgufFile,
     trainer: &Trainer,
     run: &RunState,
+    sampling: &[(u32, &LoraAdapter)],
 ) -> Result<()> {
     let target = dir.join("checkpoint");
     let old = dir.join("checkpoint.old");
@@ -324,6 +328,14 @@ pub async fn save_checkpoint(
     ] {
         write_synced(&fresh.join(name), &data)?;
     }
+    for (updates, adapter) in sampling {
+        let folder = fresh.join(format!("sampling/{updates}"));
+        std::fs::create_dir_all(&folder)
+            .with_context(|| format!("creating {}", folder.display()))?;
+        let peft = adapter.to_peft(base)?;
+        write_synced(&folder.join("adapter_config.json"), &peft.config)?;
+        write_synced(&folder.join("adapter_model.safetensors"), &peft.safetensors)?;
+    }
     // Swap: the old checkpoint moves aside first, so a kill between the renames leaves
     // `checkpoint.old` (which `load_checkpoint` falls back to) and the new one whole.
     let _ = std::fs::remove_dir_all(&old);
@@ -343,6 +355,24 @@ fn write_synced(path: &Path, data: &[u8]) -> Result<()> {
     std::io::Write::write_all(&mut f, data)?;
     f.sync_all()?;
     Ok(())
+}
+
+/// The adapter after `updates` updates that `checkpoint` keeps for sampling
+/// ([`save_checkpoint`]'s `sampling`).
+pub fn sampling_adapter(checkpoint: &Path, updates: u32, base: &GgufFile) -> Result<LoraAdapter> {
+    let folder = checkpoint.join(format!("sampling/{updates}"));
+    let read = |name: &str| {
+        std::fs::read(folder.join(name)).with_context(|| {
+            format!(
+                "{} has no adapter of update {updates} to sample with (was the run's staleness changed?)",
+                checkpoint.display()
+            )
+        })
+    };
+    let config = read("adapter_config.json")?;
+    let tensors = read("adapter_model.safetensors")?;
+    LoraAdapter::from_peft(&config, &tensors, base)
+        .with_context(|| format!("reading {}", folder.display()))
 }
 
 /// The checkpoint in `dir`, if any: the optimizer state and the run's state.

@@ -14,8 +14,9 @@ fn repo_root() -> PathBuf {
     .join("..")
 }
 
-/// A small run's configuration in `dir`, or `None` without the model.
-fn config(dir: &Path) -> Option<PathBuf> {
+/// A small run's configuration in `dir` (`extra`: more top-level keys), or `None` without
+/// the model.
+fn config(dir: &Path, extra: &str) -> Option<PathBuf> {
     let model = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !model.exists() {
         assert!(
@@ -29,7 +30,7 @@ fn config(dir: &Path) -> Option<PathBuf> {
     let tasks = repo_root().join("train-native/configs/arith-train.jsonl");
     let text = format!(
         "model = {model:?}\nout = \"out\"\nsteps = 2\ngroup = 4\ngroups_per_step = 1\n\
-         max_draws = 2\nseed = 1\ncontext = 128\n\
+         max_draws = 2\nseed = 1\ncontext = 128\n{extra}\
          [adapter]\nrank = 4\nalpha = 8\n\
          [optimizer]\nlr = 1e-3\n\
          [sampling]\ntemperature = 0.7\ntop_p = 1.0\ntop_k = 0\nmax_tokens = 16\n\
@@ -68,13 +69,29 @@ fn run_state(out: &Path) -> Option<serde_json::Value> {
 
 #[test]
 fn a_killed_run_resumes_to_the_uninterrupted_runs_result() {
-    let whole = tempfile::tempdir().unwrap();
-    let Some(whole_config) = config(whole.path()) else {
+    resumes_exactly("");
+}
+
+/// With `staleness = 1` a second copy of the model samples update u's groups with the
+/// adapter of update u − 1 in its own thread; killed and rerun, the run still ends exactly
+/// where the uninterrupted one does (the checkpoint keeps the adapter it samples with).
+#[test]
+fn an_asynchronous_run_samples_one_update_behind_and_resumes_exactly() {
+    let Some(metrics) = resumes_exactly("staleness = 1\n") else {
         return;
     };
+    let behind: Vec<_> = metrics.iter().map(|m| m["behind"].as_u64()).collect();
+    assert_eq!(behind, [Some(0), Some(1)], "{metrics:?}");
+}
+
+/// Runs the small run whole, then again killed after its first checkpoint and rerun, and
+/// checks both end with the same checkpoint and metrics; the whole run's metrics lines.
+fn resumes_exactly(extra: &str) -> Option<Vec<serde_json::Value>> {
+    let whole = tempfile::tempdir().unwrap();
+    let whole_config = config(whole.path(), extra)?;
     let output = train(&whole_config, &[]).output().unwrap();
     if !succeeded(&output) {
-        return;
+        return None;
     }
     let out = whole.path().join("out");
     assert_eq!(run_state(&out).unwrap()["step"], 2);
@@ -89,7 +106,7 @@ fn a_killed_run_resumes_to_the_uninterrupted_runs_result() {
 
     // The same run, killed as soon as its first checkpoint is there, then run again.
     let cut = tempfile::tempdir().unwrap();
-    let cut_config = config(cut.path()).unwrap();
+    let cut_config = config(cut.path(), extra).unwrap();
     let cut_out = cut.path().join("out");
     let mut child = train(&cut_config, &[]).spawn().unwrap();
     let started = Instant::now();
@@ -140,10 +157,12 @@ fn a_killed_run_resumes_to_the_uninterrupted_runs_result() {
             "tokens",
             "grad_norm",
             "groups",
+            "behind",
         ] {
             assert_eq!(x[field], y[field], "{field}: {x} vs {y}");
         }
     }
+    Some(a)
 }
 
 /// `kind = "agent"` through the binary: the tasks `scripts/test.sh` synthesized, episodes as
