@@ -37,6 +37,8 @@ cargo test --workspace --all-targets "$@"
 # The backward kernels whose layout follows the adapter's, in the GPU layout too (this
 # machine's lavapipe gets the CPU one above); the forward's take minutes in it, so not those.
 LILYPAD_MATVEC=workgroup cargo test -q -p lilypad-engine --test kernels_backward
+# The forward norms' GPU layout (a 64-thread workgroup; lavapipe runs a row as one subgroup).
+LILYPAD_MATVEC=workgroup cargo test -q -p lilypad-engine --test kernels --test kernels_qwen35 -- rms_norm
 # Real-model agent runs on SwiftShader take about 10 minutes each: the default suite skips
 # them (0 steps), scripts/test-extended.sh runs them.
 if [[ "${LILYPAD_EXTENDED:-0}" != 1 ]]; then

@@ -2,7 +2,8 @@
 // Rows are (token, group): group > 1 normalises each head separately (per-head QK norm).
 // GATED: y[r] *= silu(z[r]) (Qwen3.5's DeltaNet output norm, per value head).
 // SAVE_RSTD: rstd[r] = 1 / sqrt(mean(x[r]^2) + eps), per (token, group) row, for a backward pass.
-// Macros: WG, GATED, SAVE_RSTD.
+// Macros: WG, GATED, SAVE_RSTD; SUBGROUPS: the workgroup is one subgroup, which sums with
+// subgroupAdd (no workgroup memory, no barriers).
 
 #include "common/step.wgsl"
 
@@ -24,7 +25,9 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> rstd: array<f32>;
 #endif
 
+#if !SUBGROUPS
 var<workgroup> partial: array<f32, WG>;
+#endif
 
 @compute @workgroup_size(WG)
 fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
@@ -37,6 +40,9 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
             ss += v * v;
         }
     }
+#if SUBGROUPS
+    let total = subgroupAdd(ss);
+#else
     partial[tid] = ss;
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
@@ -45,7 +51,9 @@ fn rms_norm(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
         }
     }
     workgroupBarrier();
-    let scale = inverseSqrt(partial[0] / f32(p.n) + p.eps);
+    let total = partial[0];
+#endif
+    let scale = inverseSqrt(total / f32(p.n) + p.eps);
 #if SAVE_RSTD
     if live && tid == 0u {
         rstd[wid.y * p.groups + wid.x] = scale;
