@@ -858,8 +858,17 @@ fn report(metrics: &[serde_json::Value], evals: &[serde_json::Value]) -> String 
         n("optimizer_ms") / 1e3,
     );
     let eval = 0.0 + evals.iter().map(|e| f(e, "ms")).sum::<f64>() / 1e3;
+    // Asynchronous runs sample in their own thread: what counts is how long training waited.
+    let sampling = if metrics.iter().any(|m| f(m, "behind") > 0.0) {
+        format!(
+            "sampling {sample:.0} s in the sampling thread (the trainer waited {:.0} s for it)",
+            n("wait_ms") / 1e3
+        )
+    } else {
+        format!("sampling {sample:.0} s")
+    };
     r += &format!(
-        "Time: sampling {sample:.0} s, forward and backward {train:.0} s, optimizer {opt:.1} s, \
+        "Time: {sampling}, forward and backward {train:.0} s, optimizer {opt:.1} s, \
          evaluation {eval:.0} s. The curve: curve.svg; every update: metrics.jsonl.\n"
     );
     r
@@ -958,6 +967,21 @@ mod tests {
         assert!(r.contains("| 0 | 0.250 | 8 |"), "{r}");
         assert!(
             r.contains("sampling 20 s, forward and backward 40 s, optimizer 2.0 s, evaluation 5 s"),
+            "{r}"
+        );
+        // An asynchronous run's sampling overlaps training: the report gives the wait too.
+        let behind: Vec<_> = metrics
+            .iter()
+            .map(|m| {
+                let mut m = m.clone();
+                m["behind"] = 1.into();
+                m["wait_ms"] = 250.0.into();
+                m
+            })
+            .collect();
+        let r = report(&behind, &evals);
+        assert!(
+            r.contains("sampling 20 s in the sampling thread (the trainer waited 5 s for it)"),
             "{r}"
         );
         let empty = report(&[], &[]);
