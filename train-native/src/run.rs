@@ -19,8 +19,9 @@
 //! log-probabilities for the importance ratio.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, Sender};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -201,6 +202,13 @@ impl RunConfig {
         }
         if config.adapter.rank == 0 || config.steps == 0 || config.groups_per_step == 0 {
             bail!("adapter.rank, steps and groups_per_step must be at least 1");
+        }
+        if config.staleness >= config.steps {
+            bail!(
+                "staleness {} must be below steps ({}): update u samples with the adapter of update u − staleness",
+                config.staleness,
+                config.steps
+            );
         }
         if !(config.kl.is_finite() && config.kl >= 0.0) {
             bail!("kl must be a coefficient of 0 or more, not {}", config.kl);
@@ -430,8 +438,9 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
     // trains. It is sent every adapter the trainer makes; the checkpoint keeps those it
     // still needs.
     let staleness = config.staleness;
+    let asynchronous = staleness > 0 && run.step < last;
     let mut sampling_adapters: std::collections::BTreeMap<u32, LoraAdapter> = Default::default();
-    if staleness > 0 {
+    if asynchronous {
         let current = pollster::block_on(session.model_mut().lora_adapter())?
             .context("the model carries no adapter")?;
         let checkpoint = load_checkpoint(&out)?.map(|(_, _, path)| path);
@@ -443,8 +452,13 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         sampling_adapters.insert(run.step, current);
     }
     let (started, first_step) = (Instant::now(), run.step);
+    // Set however the training loop ends, so the sampler stops instead of finishing an update
+    // nobody will train.
+    let stop = AtomicBool::new(false);
     std::thread::scope(|scope| -> Result<()> {
-        let mut source = if staleness > 0 {
+        let _stop_sampler = StopOnDrop(&stop);
+        let mut sampler_thread = None;
+        let mut source = if asynchronous {
             let (groups_tx, groups_rx) = std::sync::mpsc::channel();
             let (adapters_tx, adapters_rx) = std::sync::mpsc::channel();
             for (&updates, adapter) in &sampling_adapters {
@@ -460,7 +474,9 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 last,
             };
             let tasks = std::mem::replace(&mut tasks, Family::Reply(Vec::new()));
-            scope.spawn(move || sampler.run(tasks, adapters_rx, groups_tx));
+            let stop = &stop;
+            sampler_thread =
+                Some(scope.spawn(move || sampler.run(tasks, stop, adapters_rx, groups_tx)));
             Source::Thread {
                 groups: groups_rx,
                 adapters: adapters_tx,
@@ -471,12 +487,31 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
         while run.step < last {
             let t0 = Instant::now();
             let sampled = match &mut source {
-                Source::Inline(tasks) => {
-                    sample_update(&mut session, tasks, &config, &out, run.step, run.step, &run)?
-                }
-                Source::Thread { groups, .. } => groups
-                    .recv()
-                    .context("the sampling thread stopped without a word")??,
+                Source::Inline(tasks) => sample_update(
+                    &mut session,
+                    tasks,
+                    &config,
+                    &out,
+                    (run.step, run.step),
+                    &run,
+                    &stop,
+                )?,
+                Source::Thread { groups, .. } => match groups.recv() {
+                    Ok(sampled) => sampled?,
+                    // It ended without a word: it panicked.
+                    Err(_) => {
+                        let panic = sampler_thread.take().map(|t| t.join());
+                        let why = match &panic {
+                            Some(Err(payload)) => payload
+                                .downcast_ref::<String>()
+                                .map(String::as_str)
+                                .or_else(|| payload.downcast_ref::<&str>().copied())
+                                .unwrap_or("a panic"),
+                            _ => "it ended early",
+                        };
+                        bail!("the sampling thread stopped: {why}");
+                    }
+                },
             };
             let wait_ms = t0.elapsed().as_secs_f64() * 1e3;
             let groups = &sampled.groups;
@@ -526,7 +561,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 // A sampler that has stopped reports why on the groups channel.
                 let _ = adapters.send((run.step, adapter.clone()));
                 sampling_adapters.insert(run.step, adapter);
-                sampling_adapters.retain(|&u, _| u + staleness >= run.step);
+                sampling_adapters.retain(|&u, _| u.saturating_add(staleness) >= run.step);
             }
             // The adapters a resumed run samples its next updates with (not the current one,
             // which is the checkpoint's own).
@@ -606,7 +641,7 @@ struct Sampled {
 }
 
 /// Draws tasks from `from`'s place in the run's order and samples a group of each with the
-/// session's adapter (which has taken `version` updates) until `groups_per_step` groups carry
+/// session's adapter (which has taken `version` updates; `stop` ends it early) until `groups_per_step` groups carry
 /// signal or `max_draws` per group were drawn; every episode goes to episodes.jsonl as
 /// update `step`'s. Off-policy groups (`version < step`) carry the sampling adapter's
 /// log-probabilities for the importance ratio.
@@ -615,9 +650,9 @@ fn sample_update(
     tasks: &mut Family,
     config: &RunConfig,
     out: &Path,
-    step: u32,
-    version: u32,
+    (step, version): (u32, u32),
     from: &RunState,
+    stop: &AtomicBool,
 ) -> Result<Sampled> {
     let t0 = Instant::now();
     // Every episode's reply and reward, for reading what the policy does.
@@ -637,6 +672,9 @@ fn sample_update(
     while s.groups.len() < config.groups_per_step
         && s.drawn < config.groups_per_step * config.max_draws
     {
+        if stop.load(Ordering::Relaxed) {
+            bail!("stopped: training has ended");
+        }
         let task = task_at(s.cursor, tasks.len(), config.seed);
         s.cursor += 1;
         s.drawn += 1;
@@ -721,10 +759,11 @@ impl Sampler<'_> {
     fn run(
         self,
         mut tasks: Family,
+        stop: &AtomicBool,
         adapters: Receiver<(u32, LoraAdapter)>,
         groups: Sender<Result<Sampled>>,
     ) {
-        if let Err(e) = self.sample(&mut tasks, &adapters, &groups) {
+        if let Err(e) = self.sample(&mut tasks, stop, &adapters, &groups) {
             let _ = groups.send(Err(e.context("sampling")));
         }
     }
@@ -732,6 +771,7 @@ impl Sampler<'_> {
     fn sample(
         &self,
         tasks: &mut Family,
+        stop: &AtomicBool,
         adapters: &Receiver<(u32, LoraAdapter)>,
         groups: &Sender<Result<Sampled>>,
     ) -> Result<()> {
@@ -747,11 +787,17 @@ impl Sampler<'_> {
         for step in self.start.step..self.last {
             let version = step.saturating_sub(self.config.staleness);
             while !received.contains_key(&version) {
-                // The trainer stopped (done, or failed: it reports that itself).
-                let Ok((updates, adapter)) = adapters.recv() else {
+                // Until the trainer stops (done, or failed: it reports that itself).
+                if stop.load(Ordering::Relaxed) {
                     return Ok(());
-                };
-                received.insert(updates, adapter);
+                }
+                match adapters.recv_timeout(Duration::from_millis(100)) {
+                    Ok((updates, adapter)) => {
+                        received.insert(updates, adapter);
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return Ok(()),
+                }
             }
             received.retain(|&u, _| u >= version);
             if current != Some(version) {
@@ -763,9 +809,9 @@ impl Sampler<'_> {
                 tasks,
                 self.config,
                 self.out,
-                step,
-                version,
+                (step, version),
                 &state,
+                stop,
             )?;
             state.cursor = sampled.cursor;
             state.episodes = sampled.episodes;
@@ -775,6 +821,15 @@ impl Sampler<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Sets its flag when dropped.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 

@@ -84,6 +84,45 @@ fn an_asynchronous_run_samples_one_update_behind_and_resumes_exactly() {
     assert_eq!(behind, [Some(0), Some(1)], "{metrics:?}");
 }
 
+/// With `staleness = 2` update u samples with the adapter of update u − 2 (the first ones
+/// with the initial adapter), and the checkpoint after the last update keeps the two adapters
+/// the next updates would sample with; a staleness of `steps` or more is refused up front.
+#[test]
+fn an_asynchronous_run_keeps_the_adapters_it_still_samples_with() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(path) = config(dir.path(), "staleness = 3\n") else {
+        return;
+    };
+    let output = train(&path, &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("staleness 3 must be below steps (2)"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("steps = 2", "steps = 3")
+        .replace("staleness = 3", "staleness = 2");
+    std::fs::write(&path, text).unwrap();
+    let output = train(&path, &[]).output().unwrap();
+    if !succeeded(&output) {
+        return;
+    }
+    let out = dir.path().join("out");
+    let behind: Vec<_> = std::fs::read_to_string(out.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["behind"].as_u64())
+        .collect();
+    assert_eq!(behind, [Some(0), Some(1), Some(2)]);
+    let mut kept: Vec<String> = std::fs::read_dir(out.join("checkpoint/sampling"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(kept, ["1", "2"]);
+}
+
 /// Runs the small run whole, then again killed after its first checkpoint and rerun, and
 /// checks both end with the same checkpoint and metrics; the whole run's metrics lines.
 fn resumes_exactly(extra: &str) -> Option<Vec<serde_json::Value>> {
