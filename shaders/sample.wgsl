@@ -69,6 +69,17 @@ fn sum_u(tid: u32, v: u32) -> u32 {
     return red_u[0];
 }
 
+// 1 when value i (< n) scaled by inv_t has a key of at least `cand`.
+fn at_least(i: u32, n: u32, inv_t: f32, cand: u32) -> u32 {
+    return select(0u, 1u, i < n && key(work[min(i, n - 1u)] * inv_t) >= cand);
+}
+
+// Probability i (< n) where its bits are at least `cand`, else 0.
+fn kept(i: u32, n: u32, cand: u32) -> f32 {
+    let pr = work[min(i, n - 1u)];
+    return select(0.0, pr, i < n && bitcast<u32>(pr) >= cand);
+}
+
 @compute @workgroup_size(WG)
 fn sample(@builtin(local_invocation_index) tid: u32) {
     let n = p.vocab;
@@ -133,14 +144,18 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
     let inv_t = 1.0 / p.temperature;
     let m = max_logit * inv_t;
 
-    // Top-k threshold: the largest key T with |{i : key_i >= T}| >= k.
+    // Top-k threshold: the largest key T with |{i : key_i >= T}| >= k. The two searches pass
+    // over the vocabulary 32 and 31 times, four values per iteration: llvmpipe ends every
+    // loop of an invocation once the iterations of all its loops reach 65,535 (a lane of
+    // 256 over Qwen3.5's 248,320 values would pass it, one value per iteration).
     var kth = 0u;
     if p.top_k > 0u && p.top_k < n {
         for (var bit = 31i; bit >= 0i; bit--) {
             let cand = kth | (1u << u32(bit));
             var c = 0u;
-            for (var i = tid; i < n; i += WG) {
-                c += select(0u, 1u, key(work[i] * inv_t) >= cand);
+            for (var i = 4u * tid; i < n; i += 4u * WG) {
+                c += at_least(i, n, inv_t, cand) + at_least(i + 1u, n, inv_t, cand)
+                   + at_least(i + 2u, n, inv_t, cand) + at_least(i + 3u, n, inv_t, cand);
             }
             if sum_u(tid, c) >= p.top_k {
                 kth = cand;
@@ -166,9 +181,9 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
         for (var bit = 30i; bit >= 0i; bit--) {
             let cand = pth | (1u << u32(bit));
             var s = 0.0;
-            for (var i = tid; i < n; i += WG) {
-                let pr = work[i];
-                s += select(0.0, pr, bitcast<u32>(pr) >= cand);
+            for (var i = 4u * tid; i < n; i += 4u * WG) {
+                s += kept(i, n, cand) + kept(i + 1u, n, cand) + kept(i + 2u, n, cand)
+                   + kept(i + 3u, n, cand);
             }
             if sum_f(tid, s) >= need {
                 pth = cand;
