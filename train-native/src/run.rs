@@ -473,7 +473,6 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 start: run.clone(),
                 last,
             };
-            let tasks = std::mem::replace(&mut tasks, Family::Reply(Vec::new()));
             let stop = &stop;
             sampler_thread =
                 Some(scope.spawn(move || sampler.run(tasks, stop, adapters_rx, groups_tx)));
@@ -482,7 +481,7 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 adapters: adapters_tx,
             }
         } else {
-            Source::Inline(&mut tasks)
+            Source::Inline(tasks)
         };
         while run.step < last {
             let t0 = Instant::now();
@@ -538,10 +537,10 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 stats
             };
             let behind = run.step - sampled.version;
-            run.step += 1;
-            run.cursor = sampled.cursor;
-            run.episodes = sampled.episodes;
-            run.hint_levels = sampled.hint_levels.clone();
+            run = RunState {
+                step: run.step + 1,
+                ..sampled.after
+            };
             let line = Metrics {
                 update: &stats,
                 groups: groups.len(),
@@ -555,24 +554,24 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
                 step_ms: t0.elapsed().as_secs_f64() * 1e3,
             };
             append_line(&metrics_path, &line)?;
+            let adapter = pollster::block_on(session.model_mut().lora_adapter())?
+                .context("the model carries no adapter")?;
             if let Source::Thread { adapters, .. } = &source {
-                let adapter = pollster::block_on(session.model_mut().lora_adapter())?
-                    .context("the model carries no adapter")?;
                 // A sampler that has stopped reports why on the groups channel.
                 let _ = adapters.send((run.step, adapter.clone()));
-                sampling_adapters.insert(run.step, adapter);
+                sampling_adapters.insert(run.step, adapter.clone());
                 sampling_adapters.retain(|&u, _| u.saturating_add(staleness) >= run.step);
             }
             // The adapters a resumed run samples its next updates with (not the current one,
             // which is the checkpoint's own).
             let behind_adapters: Vec<(u32, &LoraAdapter)> = sampling_adapters
-                .iter()
-                .filter(|&(&u, _)| u < run.step)
+                .range(..run.step)
                 .map(|(&u, a)| (u, a))
                 .collect();
             pollster::block_on(crate::train::save_checkpoint(
                 &out,
                 session.model_mut(),
+                &adapter,
                 &base,
                 &trainer,
                 &run,
@@ -615,8 +614,8 @@ pub fn run_command(ws: &crate::workspace::Workspace, args: &RunArgs) -> Result<(
 
 /// Where an update's groups come from: this thread, or the sampling thread of an
 /// asynchronous run (and where the trainer's adapters go to it).
-enum Source<'a> {
-    Inline(&'a mut Family),
+enum Source {
+    Inline(Family),
     Thread {
         groups: Receiver<Result<Sampled>>,
         adapters: Sender<(u32, LoraAdapter)>,
@@ -634,10 +633,9 @@ struct Sampled {
     failed: usize,
     refined: Vec<serde_json::Value>,
     ms: f64,
-    /// The run's sampling state after this update's draws.
-    cursor: u64,
-    episodes: u64,
-    hint_levels: Vec<u8>,
+    /// The run's state after this update's draws (its task cursor, episode count and hint
+    /// levels; `step` as it was).
+    after: RunState,
 }
 
 /// Draws tasks from `from`'s place in the run's order and samples a group of each with the
@@ -665,9 +663,7 @@ fn sample_update(
         failed: 0,
         refined: Vec::new(),
         ms: 0.0,
-        cursor: from.cursor,
-        episodes: from.episodes,
-        hint_levels: from.hint_levels.clone(),
+        after: from.clone(),
     };
     while s.groups.len() < config.groups_per_step
         && s.drawn < config.groups_per_step * config.max_draws
@@ -675,12 +671,15 @@ fn sample_update(
         if stop.load(Ordering::Relaxed) {
             bail!("stopped: training has ended");
         }
-        let task = task_at(s.cursor, tasks.len(), config.seed);
-        s.cursor += 1;
+        let task = task_at(s.after.cursor, tasks.len(), config.seed);
+        s.after.cursor += 1;
         s.drawn += 1;
-        let seed = config.seed.wrapping_mul(1_000_003).wrapping_add(s.episodes);
-        let first = s.episodes;
-        s.episodes += config.group as u64;
+        let seed = config
+            .seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(s.after.episodes);
+        let first = s.after.episodes;
+        s.after.episodes += config.group as u64;
         let trajectory = |i: usize| out.join(format!("trajectories/{:06}.json", first + i as u64));
         let (sampled, error) = tasks.group(
             session,
@@ -733,7 +732,7 @@ fn sample_update(
                 );
                 s.refined
                     .push(serde_json::json!({"task": task, "from": from, "to": to}));
-                s.hint_levels = tasks.hint_levels();
+                s.after.hint_levels = tasks.hint_levels();
             }
         }
     }
@@ -813,9 +812,7 @@ impl Sampler<'_> {
                 &state,
                 stop,
             )?;
-            state.cursor = sampled.cursor;
-            state.episodes = sampled.episodes;
-            state.hint_levels = sampled.hint_levels.clone();
+            state = sampled.after.clone();
             if groups.send(Ok(sampled)).is_err() {
                 return Ok(());
             }

@@ -284,12 +284,13 @@ pub struct RunState {
 /// `DIR/checkpoint`: the adapter as PEFT files (what `export` and `--lora` read), the
 /// optimizer's state (adapter buffers and moments, bit for bit) and the run's state. Written
 /// to a fresh folder beside it and swapped in by renames, so a kill at any moment leaves the
-/// previous checkpoint or the new one, whole. `sampling`: earlier adapters an asynchronous
-/// run still samples with (`sampling/<updates>/`, as PEFT files, keyed by the updates they had
-/// taken).
+/// previous checkpoint or the new one, whole. `adapter`: the model's, as
+/// [`Model::lora_adapter`] reads it. `sampling`: earlier adapters an asynchronous run still
+/// samples with (`sampling/<updates>/`, PEFT files too, keyed by the updates they had taken).
 pub async fn save_checkpoint(
     dir: &Path,
     model: &mut Model,
+    adapter: &LoraAdapter,
     base: &GgufFile,
     trainer: &Trainer,
     run: &RunState,
@@ -312,29 +313,12 @@ pub async fn save_checkpoint(
         }
     }
     let fresh = dir.join(format!("checkpoint.new-{}", std::process::id()));
-    std::fs::create_dir_all(fresh.join("adapter"))
-        .with_context(|| format!("creating {}", fresh.display()))?;
-    let adapter = model
-        .lora_adapter()
-        .await?
-        .context("the model carries no adapter")?;
-    let peft = adapter.to_peft(base)?;
+    write_adapter(&fresh.join("adapter"), adapter, base)?;
     let state = trainer.state(model).await?;
-    for (name, data) in [
-        ("adapter/adapter_config.json", peft.config),
-        ("adapter/adapter_model.safetensors", peft.safetensors),
-        ("optimizer.bin", encode_optimizer(&state)),
-        ("run.json", serde_json::to_vec_pretty(run)?),
-    ] {
-        write_synced(&fresh.join(name), &data)?;
-    }
+    write_synced(&fresh.join("optimizer.bin"), &encode_optimizer(&state))?;
+    write_synced(&fresh.join("run.json"), &serde_json::to_vec_pretty(run)?)?;
     for (updates, adapter) in sampling {
-        let folder = fresh.join(format!("sampling/{updates}"));
-        std::fs::create_dir_all(&folder)
-            .with_context(|| format!("creating {}", folder.display()))?;
-        let peft = adapter.to_peft(base)?;
-        write_synced(&folder.join("adapter_config.json"), &peft.config)?;
-        write_synced(&folder.join("adapter_model.safetensors"), &peft.safetensors)?;
+        write_adapter(&fresh.join(format!("sampling/{updates}")), adapter, base)?;
     }
     // Swap: the old checkpoint moves aside first, so a kill between the renames leaves
     // `checkpoint.old` (which `load_checkpoint` falls back to) and the new one whole.
@@ -345,6 +329,14 @@ pub async fn save_checkpoint(
     std::fs::rename(&fresh, &target)?;
     let _ = std::fs::remove_dir_all(&old);
     Ok(())
+}
+
+/// `adapter` as PEFT files in a new folder `dir` (what `lilypad_cli::lora::read` reads).
+fn write_adapter(dir: &Path, adapter: &LoraAdapter, base: &GgufFile) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let peft = adapter.to_peft(base)?;
+    write_synced(&dir.join("adapter_config.json"), &peft.config)?;
+    write_synced(&dir.join("adapter_model.safetensors"), &peft.safetensors)
 }
 
 /// Writes `data` to `path` and flushes it to the disk, so a renamed checkpoint survives a crash
@@ -360,19 +352,14 @@ fn write_synced(path: &Path, data: &[u8]) -> Result<()> {
 /// The adapter after `updates` updates that `checkpoint` keeps for sampling
 /// ([`save_checkpoint`]'s `sampling`).
 pub fn sampling_adapter(checkpoint: &Path, updates: u32, base: &GgufFile) -> Result<LoraAdapter> {
-    let folder = checkpoint.join(format!("sampling/{updates}"));
-    let read = |name: &str| {
-        std::fs::read(folder.join(name)).with_context(|| {
+    lilypad_cli::lora::read(&checkpoint.join(format!("sampling/{updates}")), base).with_context(
+        || {
             format!(
                 "{} has no adapter of update {updates} to sample with (was the run's staleness changed?)",
                 checkpoint.display()
             )
-        })
-    };
-    let config = read("adapter_config.json")?;
-    let tensors = read("adapter_model.safetensors")?;
-    LoraAdapter::from_peft(&config, &tensors, base)
-        .with_context(|| format!("reading {}", folder.display()))
+        },
+    )
 }
 
 /// The checkpoint in `dir`, if any: the optimizer state and the run's state.
