@@ -402,6 +402,13 @@ impl GpuContext {
         Ok(bytemuck::pod_collect_to_vec(&bytes[..(n * 4) as usize]))
     }
 
+    /// Whether kernels may use subgroup operations here: the adapter has them and this is a
+    /// native build (browsers need `enable subgroups;` ahead of the generated constants,
+    /// which the preprocessor cannot place, and naga rejects it).
+    pub fn shader_subgroups(&self) -> bool {
+        cfg!(not(target_arch = "wasm32")) && self.features.contains(wgpu::Features::SUBGROUP)
+    }
+
     /// Whether shader loops are cut short on this adapter: llvmpipe (lavapipe) ends every loop
     /// of an invocation after 65535 iterations in all, silently, so kernels that walk long
     /// ranges split them (or refuse) on CPU adapters.

@@ -132,10 +132,7 @@ pub fn attention_saving(
     let AttentionLayout::PerThread { subgroups } = layout else {
         return dispatch("attention", &workgroup, n_head, 1);
     };
-    // Native only, as for matvec (browsers need `enable subgroups;`, naga rejects it).
-    let subgroups = subgroups
-        && cfg!(not(target_arch = "wasm32"))
-        && ctx.features.contains(wgpu::Features::SUBGROUP);
+    let subgroups = subgroups && ctx.shader_subgroups();
     // A workgroup serves GROUP query heads of one KV head.
     let group = heads_per_group(n_head / n_kv, head_dim / 4);
     let mut per_thread = Macros::new()
@@ -249,10 +246,7 @@ pub fn attention_backward(
         {
             let hd4 = head_dim / 4;
             let mut m = Macros::new().flag("PER_THREAD").u32("HD4", hd4);
-            if subgroups
-                && cfg!(not(target_arch = "wasm32"))
-                && ctx.features.contains(wgpu::Features::SUBGROUP)
-            {
+            if subgroups && ctx.shader_subgroups() {
                 m = m.flag("SUBGROUPS");
             }
             // A row loaded: a share and the spread.

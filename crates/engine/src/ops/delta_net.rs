@@ -45,10 +45,7 @@ impl DeltaNetLayout {
 /// invocations (native only, as for matvec: browsers need `enable subgroups;`, which naga
 /// rejects), and value heads a whole number of vec4s wide.
 pub fn per_lane_allowed(ctx: &GpuContext, shape: &DeltaNetShape) -> bool {
-    cfg!(not(target_arch = "wasm32"))
-        && ctx.features.contains(wgpu::Features::SUBGROUP)
-        && ctx.subgroup_min_size >= LANES
-        && shape.d_v.is_multiple_of(4)
+    ctx.shader_subgroups() && ctx.subgroup_min_size >= LANES && shape.d_v.is_multiple_of(4)
 }
 
 /// A typed error where [`DeltaNetLayout::PerLane`] cannot run `shape` (for `op`).

@@ -197,12 +197,7 @@ fn row_per_thread(
         }
         _ => {}
     }
-    // Browsers need `enable subgroups;` ahead of the generated constants, which the
-    // preprocessor cannot place, and naga rejects it: subgroups are native-only.
-    if subgroups
-        && cfg!(not(target_arch = "wasm32"))
-        && ctx.features.contains(wgpu::Features::SUBGROUP)
-    {
+    if subgroups && ctx.shader_subgroups() {
         macros = macros.flag("SUBGROUPS");
     }
     let rpt = rows.unwrap_or_else(|| cpu_rows_per_thread(w.ty, w.rows, tile));
@@ -309,8 +304,7 @@ pub fn matvec_backward(
             subgroups: true,
             ..
         }
-    ) && cfg!(not(target_arch = "wasm32"))
-        && ctx.features.contains(wgpu::Features::SUBGROUP)
+    ) && ctx.shader_subgroups()
         && BACKWARD_TILE == CPU_WG;
     let wg = if subgroups { CPU_WG } else { WG };
     let mut base = Macros::new()

@@ -15,8 +15,7 @@ const LANES: u32 = 8;
 /// no subgroups here and GPUs keep the wide workgroup.
 fn one_subgroup(ctx: &GpuContext) -> bool {
     matches!(ctx.matvec_layout, MatvecLayout::RowPerThread { .. })
-        && cfg!(not(target_arch = "wasm32"))
-        && ctx.features.contains(wgpu::Features::SUBGROUP)
+        && ctx.shader_subgroups()
         && ctx.subgroup_min_size >= LANES
 }
 
