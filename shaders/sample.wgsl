@@ -7,11 +7,16 @@
 //    GPU joins the next step's window without the host (each entry is applied only at its
 //    last occurrence in the window);
 // 2. greedy: the arg-max (lowest id on ties). Otherwise logits / temperature, then
-// 3. top-k: the k-th largest scaled logit is found by a 32-step bitwise search over
-//    order-preserving u32 keys (exact, no sort); everything below it is dropped;
-// 4. top-p: likewise the largest probability threshold whose kept mass is ≥ top_p;
+// 3. top-k: everything below the k-th largest scaled logit is dropped;
+// 4. top-p: likewise below the largest probability threshold whose kept mass is ≥ top_p;
 // 5. the host's uniform draw `u` picks, in vocabulary order, the token where the running
 //    kept mass crosses u × (kept mass).
+// With top-k ≤ WG (the agents' settings) one more pass gathers a short list that holds every
+// top-k survivor, bounded below by the k-th largest of the threads' own maxima, and steps
+// 3–5 run on that list. Otherwise (top-k off or larger, or a list past WG entries: ties)
+// steps 3–4 are bitwise searches over order-preserving u32 keys, 32 and 31 passes over the
+// vocabulary (exact, no sort). Both paths are deterministic: the list is put in vocabulary
+// order before anything is summed.
 // Macros: WG, RING (entries of `recent`).
 
 struct Params {
@@ -37,6 +42,13 @@ struct Params {
 var<workgroup> red_f: array<f32, WG>;
 var<workgroup> red_u: array<u32, WG>;
 var<workgroup> chosen: u32;
+var<workgroup> thread_max: array<f32, WG>;
+var<workgroup> list_i: array<u32, WG>;
+var<workgroup> list_v: array<f32, WG>;
+var<workgroup> list_p: array<f32, WG>;
+var<workgroup> list_len: atomic<u32>;
+var<workgroup> list_len_u: u32;
+var<workgroup> top: atomic<u32>;
 
 fn key(f: f32) -> u32 {
     let b = bitcast<u32>(f);
@@ -120,6 +132,7 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
     }
     red_f[tid] = best;
     red_u[tid] = best_i;
+    thread_max[tid] = best;
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
         if tid < s {
@@ -143,7 +156,147 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
 
     let inv_t = 1.0 / p.temperature;
     let m = max_logit * inv_t;
+    if p.top_k > 0u && p.top_k < n && p.top_k <= WG {
+        let len = gather_list(tid, n, inv_t);
+        if len >= p.top_k && len <= WG {
+            pick_from_list(tid, len, m);
+            return;
+        }
+    }
+    pick_by_search(tid, n, inv_t, m, argmax);
+}
 
+// Gathers into `list_i` every index whose scaled key is at least the k-th largest of the
+// threads' maxima: k distinct values reach that bound, so the k-th largest scaled logit
+// does too, and with it every top-k survivor (ties included). Returns how many there are
+// (the list holds the first WG of them).
+fn gather_list(tid: u32, n: u32, inv_t: f32) -> u32 {
+    if tid == 0u {
+        atomicStore(&list_len, 0u);
+        atomicStore(&top, 0u);
+    }
+    workgroupBarrier();
+    let mine = key(thread_max[tid] * inv_t);
+    var reach = 0u;
+    for (var s = 0u; s < WG; s++) {
+        reach += select(0u, 1u, key(thread_max[s] * inv_t) >= mine);
+    }
+    if reach >= p.top_k {
+        atomicMax(&top, mine);
+    }
+    workgroupBarrier();
+    let bound = atomicLoad(&top);
+    for (var i = tid; i < n; i += WG) {
+        if key(work[i] * inv_t) >= bound {
+            let slot = atomicAdd(&list_len, 1u);
+            if slot < WG {
+                list_i[slot] = i;
+            }
+        }
+    }
+    workgroupBarrier();
+    if tid == 0u {
+        list_len_u = atomicLoad(&list_len);
+    }
+    return workgroupUniformLoad(&list_len_u);
+}
+
+// Steps 3–5 on the gathered list (`len` ≤ WG entries, one per thread).
+fn pick_from_list(tid: u32, len: u32, m: f32) {
+    let inv_t = 1.0 / p.temperature;
+    let mine = tid < len;
+    // Vocabulary order: each entry's rank among the (distinct) indices.
+    var idx = 0u;
+    var rank = 0u;
+    if mine {
+        idx = list_i[tid];
+        for (var s = 0u; s < len; s++) {
+            rank += select(0u, 1u, list_i[s] < idx);
+        }
+    }
+    if tid == 0u {
+        atomicStore(&top, 0u);
+    }
+    workgroupBarrier();
+    if mine {
+        list_i[rank] = idx;
+        list_v[rank] = work[idx] * inv_t;
+    }
+    workgroupBarrier();
+
+    // Top-k: the k-th largest key is the largest one that at least k keys reach.
+    var k_mine = 0u;
+    if mine {
+        k_mine = key(list_v[tid]);
+        var reach = 0u;
+        for (var s = 0u; s < len; s++) {
+            reach += select(0u, 1u, key(list_v[s]) >= k_mine);
+        }
+        if reach >= p.top_k {
+            atomicMax(&top, k_mine);
+        }
+    }
+    workgroupBarrier();
+    let kth = atomicLoad(&top);
+    var pr = 0.0;
+    if mine && k_mine >= kth {
+        pr = exp(list_v[tid] - m);
+    }
+    list_p[tid] = pr;
+    workgroupBarrier();
+    if tid == 0u {
+        atomicStore(&top, 0u);
+    }
+    // Every thread sums the list in the same order: the same totals everywhere.
+    var total = 0.0;
+    for (var s = 0u; s < len; s++) {
+        total += list_p[s];
+    }
+
+    // Top-p: the largest kept probability whose mass at or above it reaches top_p × total.
+    var pth = 0u;
+    if p.top_p < 1.0 {
+        workgroupBarrier();
+        if pr > 0.0 {
+            let b = bitcast<u32>(pr);
+            var mass = 0.0;
+            for (var s = 0u; s < len; s++) {
+                mass += select(0.0, list_p[s], bitcast<u32>(list_p[s]) >= b);
+            }
+            if mass >= p.top_p * total {
+                atomicMax(&top, b);
+            }
+        }
+        workgroupBarrier();
+        pth = atomicLoad(&top);
+    }
+
+    if tid == 0u {
+        var kept = 0.0;
+        for (var s = 0u; s < len; s++) {
+            let q = list_p[s];
+            kept += select(0.0, q, q > 0.0 && bitcast<u32>(q) >= pth);
+        }
+        let goal = p.u * kept;
+        var acc = 0.0;
+        var pick = 0xffffffffu;
+        var last = 0xffffffffu;
+        for (var s = 0u; s < len; s++) {
+            let q = list_p[s];
+            if q > 0.0 && bitcast<u32>(q) >= pth {
+                last = list_i[s];
+                acc += q;
+                if acc > goal && pick == 0xffffffffu {
+                    pick = list_i[s];
+                }
+            }
+        }
+        result[0] = select(pick, last, pick == 0xffffffffu);
+    }
+}
+
+// Steps 3–5 over the whole vocabulary by bitwise searches (any top-k, ties of any size).
+fn pick_by_search(tid: u32, n: u32, inv_t: f32, m: f32, argmax: u32) {
     // Top-k threshold: the largest key T with |{i : key_i >= T}| >= k. The two searches pass
     // over the vocabulary 32 and 31 times, four values per iteration: llvmpipe ends every
     // loop of an invocation once the iterations of all its loops reach 65,535 (a lane of

@@ -81,6 +81,20 @@ const nativeIds = JSON.parse(
 console.log(`  native: ${JSON.stringify(nativeText)} = ${JSON.stringify(nativeIds)}`);
 results.native_text = nativeText;
 
+step("native seeded sample with the agent's settings (top-k 20, top-p 0.95), and the same prompt's greedy text");
+const SAMPLED_PROMPT = '<|im_start|>user\nWrite a short poem about a frog.<|im_end|>\n<|im_start|>assistant\n';
+const SAMPLED = { temperature: 0.7, top_k: 20, top_p: 0.95, seed: 7, max_tokens: 16 };
+const nativeGenerate = (...args) =>
+  execFileSync(BIN, ['generate', '-m', MODEL, '-p', SAMPLED_PROMPT, '--max-tokens', String(SAMPLED.max_tokens), '-q', ...args], {
+    encoding: 'utf8',
+    stdio: ['ignore', 'pipe', 'pipe'],
+  }).replace(/\n$/, '');
+const nativeSampled = nativeGenerate('--temperature', String(SAMPLED.temperature), '--top-k', String(SAMPLED.top_k),
+  '--top-p', String(SAMPLED.top_p), '--seed', String(SAMPLED.seed));
+console.log(`  native: ${JSON.stringify(nativeSampled)}`);
+assert.notEqual(nativeSampled, nativeGenerate('--temperature', '0'), 'the seeded sample must differ from the greedy text for this check to mean anything');
+results.native_sampled = nativeSampled;
+
 step("native greedy chat answer to the README's question");
 const QUESTION = 'What is the capital of France?';
 const nativeChat = execFileSync(BIN, ['chat', '-m', MODEL, '--temperature', '0', '--max-tokens', '256', '-q'], {
@@ -171,9 +185,14 @@ const url = (u) => async () => {
   await page.fill('.model-url', u);
 };
 
-async function generate(prompt, { raw, maxTokens }) {
+async function generate(prompt, { raw, maxTokens, sampling }) {
   await page.selectOption('.chat-mode', raw ? 'raw' : 'chat');
-  await page.fill('#temperature', '0');
+  await page.fill('#temperature', String(sampling?.temperature ?? 0));
+  if (sampling) {
+    await page.fill('#top-p', String(sampling.top_p));
+    await page.fill('#top-k', String(sampling.top_k));
+    await page.fill('#seed', String(sampling.seed));
+  }
   await page.fill('#max-tokens', String(maxTokens));
   await page.fill('.chat-input', prompt);
   const before = await page.locator('.chat-message.assistant').count();
@@ -294,6 +313,11 @@ try {
   assert.deepEqual(answer.tokens, nativeIds);
   results.browser = answer.stats;
   results.cold_first_token_ms = cold.ms + Number(answer.stats.firstTokenMs);
+
+  step("seeded sampling in the browser: the agent's settings draw native's tokens");
+  const sampled = await generate(SAMPLED_PROMPT, { raw: true, maxTokens: SAMPLED.max_tokens, sampling: SAMPLED });
+  console.log(`  browser: ${JSON.stringify(sampled.text)}`);
+  assert.equal(sampled.text, nativeSampled);
 
   step('reload: the model comes from the OPFS cache');
   server.log.length = 0;

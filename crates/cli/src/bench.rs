@@ -169,6 +169,9 @@ struct Report {
     decode_vs_llama_cpp_vulkan: Option<f64>,
     /// Decode with `--draft`, from the same state as the plain rows.
     speculative: Option<SpeculativeRow>,
+    /// Decode at the default depth sampling as the agent does (temperature 0.6, top-k 20,
+    /// top-p 0.95), from the same state: what sampling adds to a greedy step.
+    sampled_ms_per_token: f64,
 }
 
 /// Greedy decode with a draft (`--draft`), against plain decode at the default depth.
@@ -544,12 +547,12 @@ pub fn run(
     // A greedy generation from the prefilled state: its tokens, how many came after the
     // first, and the seconds per token after the first (what the prompt's step does not
     // include).
-    let timed = |model: &mut Model| -> Result<(Vec<u32>, usize, f64)> {
+    let timed = |model: &mut Model, sampling: &SamplingParams| -> Result<(Vec<u32>, usize, f64)> {
         model.restore(&state)?;
         let mut stamps = Vec::new();
         let generation = pollster::block_on(model.generate(
             &prompt,
-            &greedy,
+            sampling,
             gen_tokens + 1,
             &|_| false,
             &mut |_| {
@@ -568,7 +571,7 @@ pub fn run(
     };
     for depth in [1, 2, 4] {
         model.set_decode_depth(depth)?;
-        let (tokens, decoded, decode) = timed(model)?;
+        let (tokens, decoded, decode) = timed(model, &greedy)?;
         texts.push(tokens);
         walls.push((depth, decode));
         let ratio = *base.get_or_insert(decode) / decode;
@@ -596,9 +599,28 @@ pub fn run(
         println!("warning: the depths decoded different greedy tokens");
     }
     model.set_decode_depth(default_depth)?;
+    let agent = SamplingParams {
+        temperature: 0.6,
+        top_k: 20,
+        top_p: 0.95,
+        seed: 1,
+        ..SamplingParams::greedy()
+    };
+    let (_, decoded, sampled) = timed(model, &agent)?;
+    let greedy_ms = walls
+        .iter()
+        .find(|(d, _)| *d == default_depth)
+        .map_or(f64::NAN, |(_, s)| s * 1e3);
+    report.sampled_ms_per_token = sampled * 1e3;
+    println!(
+        "decode sampled (temperature 0.6, top-k 20, top-p 0.95; depth {default_depth}): {decoded} tokens, \
+         {:.1} ms/token ({:+.1} ms/token against greedy)",
+        sampled * 1e3,
+        sampled * 1e3 - greedy_ms,
+    );
     if let Some(draft) = draft {
         model.set_draft(Some(draft))?;
-        let (tokens, decoded, per_token) = timed(model)?;
+        let (tokens, decoded, per_token) = timed(model, &greedy)?;
         let plain = report.decode.iter().find(|d| d.depth == default_depth);
         let tokens_per_s = 1.0 / per_token;
         let s = model.speculative_stats();
