@@ -241,9 +241,26 @@ struct PipelineKey {
 #[derive(Default)]
 pub(crate) struct KernelCache {
     pipelines: Mutex<HashMap<PipelineKey, Arc<wgpu::ComputePipeline>>>,
+    /// Scratch that one op's dispatches write and read back to back (so every graph on this
+    /// device may share it), by label: the largest asked for so far.
+    scratch: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
 impl GpuContext {
+    /// A storage buffer of at least `size` bytes shared by every op that asks for `label`:
+    /// only for data an op writes and reads within its own back-to-back dispatches.
+    pub(crate) fn shared_scratch(&self, label: &'static str, size: u64) -> Result<wgpu::Buffer> {
+        let mut scratch = self.kernels.scratch.lock().unwrap();
+        if let Some(b) = scratch.get(label)
+            && b.size() >= size
+        {
+            return Ok(b.clone());
+        }
+        let b = self.storage_buffer(label, size, wgpu::BufferUsages::empty())?;
+        scratch.insert(label, b.clone());
+        Ok(b)
+    }
+
     /// The compute pipeline for `entry` in `path` with `macros`, compiled once.
     pub fn pipeline(
         &self,
@@ -300,6 +317,8 @@ pub struct Dispatch {
     pub grid: Grid,
     /// What runs instead in a step of at most this many tokens (a kernel laid out for decode).
     pub few_tokens: Option<(u32, Box<Dispatch>)>,
+    /// What runs right after it (a pass that combines what its workgroups wrote).
+    pub then: Option<Box<Dispatch>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -309,6 +328,12 @@ pub enum Grid {
     PerTokens {
         x: u32,
         per_y: u32,
+    },
+    /// `[x, ceil(tokens / per_y), z]`: z segments of each token's work.
+    PerTokensSegments {
+        x: u32,
+        per_y: u32,
+        z: u32,
     },
 }
 
@@ -368,12 +393,19 @@ impl Dispatch {
             bind_group,
             grid,
             few_tokens: None,
+            then: None,
         }
     }
 
     /// Runs `other` instead in steps of at most `max_tokens` tokens.
     pub fn with_few_tokens(mut self, max_tokens: u32, other: Dispatch) -> Self {
         self.few_tokens = Some((max_tokens, Box::new(other)));
+        self
+    }
+
+    /// Runs `next` right after this one (and after its few-token alternative, if it has one).
+    pub fn then(mut self, next: Dispatch) -> Self {
+        self.then = Some(Box::new(next));
         self
     }
 
@@ -384,6 +416,7 @@ impl Dispatch {
                 let (gx, gz) = fold_grid(x);
                 [gx, tokens.div_ceil(per_y).max(1), gz]
             }
+            Grid::PerTokensSegments { x, per_y, z } => [x, tokens.div_ceil(per_y).max(1), z],
         }
     }
 
@@ -397,6 +430,9 @@ impl Dispatch {
         pass.set_pipeline(&self.pipeline);
         pass.set_bind_group(0, &self.bind_group, &[]);
         pass.dispatch_workgroups(x, y, z);
+        if let Some(next) = &self.then {
+            next.record(pass, tokens);
+        }
     }
 }
 

@@ -851,6 +851,92 @@ fn attention_matches_reference() {
     }
 }
 
+/// Attention over long contexts: llvmpipe ends an invocation's loops once their iterations
+/// reach 65,535 in all (silently), which a walk over every position passed — past ~520
+/// positions for 128-wide heads in prefill, ~4,000 for 256-wide ones, ~56,000 for 64-wide
+/// ones — so on such adapters the walk is split into segments and merged. The scores peak on
+/// the last 40 positions (their K rows are the query, scaled), so a walk that stops short
+/// gives another output and log-sum-exp. Every layout, 1 token (decode) and 9 (prefill's
+/// per-lane tiles), head dims 64 (past 65,536 positions), 128 and 256, grouped heads, f32
+/// and f16 caches. Tolerance: 1e-3 of |want| + 0.01 for outputs (most weight is on 40 rows),
+/// 1e-5 of |want| + 1 for log-sum-exps.
+#[test]
+fn attention_covers_long_contexts() {
+    let ctx = ctx_or_skip!();
+    let mut r = rng();
+    for &(n_head, n_kv, hd, pos0, tokens, dtype) in &[
+        (2u32, 1u32, 64u32, 70_000u32, 1u32, DType::F32),
+        (2, 1, 64, 70_000, 9, DType::F16),
+        (6, 2, 128, 7_000, 1, DType::F16),
+        (6, 2, 128, 7_000, 9, DType::F32),
+        (4, 1, 256, 7_000, 1, DType::F32),
+        (4, 1, 256, 7_000, 9, DType::F16),
+    ] {
+        let kv_len = (pos0 + tokens) as usize;
+        let (hd_, nh, nkv) = (hd as usize, n_head as usize, n_kv as usize);
+        let q_row = randn(&mut r, hd_, 1.0);
+        let q: Vec<f32> = (0..tokens as usize * nh)
+            .flat_map(|_| q_row.clone())
+            .collect();
+        let mut k = randn(&mut r, kv_len * nkv * hd_, 1.0);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let norm2: f32 = q_row.iter().map(|x| x * x).sum();
+        for row in (kv_len - 40) * nkv..kv_len * nkv {
+            for d in 0..hd_ {
+                k[row * hd_ + d] = q_row[d] * 12.0 / (norm2 * scale);
+            }
+        }
+        let v = randn(&mut r, kv_len * nkv * hd_, 1.0);
+        let out = ctx
+            .storage_buffer("out", q.len() as u64 * 4, wgpu::BufferUsages::empty())
+            .unwrap();
+        let lse = ctx
+            .storage_buffer(
+                "lse",
+                (tokens * n_head) as u64 * 4,
+                wgpu::BufferUsages::empty(),
+            )
+            .unwrap();
+        let s = step(&ctx, tokens, pos0);
+        let qb = buf_f32(&ctx, &q);
+        let ((kb, k), (vb, v)) = (kv_buf(&ctx, &k, dtype), kv_buf(&ctx, &v, dtype));
+        let seen: Vec<(usize, usize)> = (0..tokens as usize)
+            .map(|t| (0, pos0 as usize + t))
+            .collect();
+        let (want, want_lse) = attention_reference(&q, &k, &v, &seen, nh, nkv, hd_, scale);
+        for layout in ATTENTION_LAYOUTS {
+            let d = ops::attention::attention_saving(
+                &ctx,
+                layout,
+                &qb,
+                &kb,
+                &vb,
+                dtype,
+                &out,
+                Some(&lse),
+                n_head,
+                n_kv,
+                hd,
+                scale,
+                &s,
+            )
+            .unwrap();
+            run(&ctx, &[d], tokens);
+            let what = format!(
+                "attention {layout:?} {dtype} cache, heads {n_head}/{n_kv} hd {hd} pos0 {pos0} T {tokens}"
+            );
+            assert_close(&read(&ctx, &out, q.len()), &want, 1e-3, 1e-2, &what);
+            assert_close(
+                &read(&ctx, &lse, want_lse.len()),
+                &want_lse,
+                1e-5,
+                1.0,
+                &format!("{what}: lse"),
+            );
+        }
+    }
+}
+
 /// Attention of batched steps over a cache of 3 sequence slots × 100 rows, random everywhere:
 /// each token sees only its own slot's rows 0 ..= its position. Steps: tokens of the three
 /// sequences interleaved (both 8-token workgroups of the per-thread layout mix sequences, so

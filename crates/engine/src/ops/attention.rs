@@ -111,26 +111,103 @@ pub fn attention_saving(
         };
         kv_macro(m, kv)
     };
-    let p = params(ctx, "attention", &[n_head, n_kv, head_dim, scale.to_bits()]);
-    let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
-    bindings.extend(lse.map(bind));
-    let dispatch = |entry: &'static str, macros: &Macros, x: u32, per_y: u32| -> Result<Dispatch> {
-        let pipeline = ctx.pipeline("attention.wgsl", entry, macros)?;
-        Ok(Dispatch::new(
-            ctx,
-            "attention",
-            pipeline,
-            &bindings,
-            Grid::PerTokens { x, per_y },
-        ))
-    };
+    // Positions a token may see (the cache's rows bound them) and tokens a step may hold.
+    let cache_rows = (k.size() / (n_kv as u64 * head_dim as u64 * kv.size())) as u32;
+    let max_tokens = (q.size() / (n_head as u64 * head_dim as u64 * 4)) as u32;
     let workgroup = finish(
         Macros::new()
             .u32("WG", WG)
             .u32("MAX_D", head_dim.div_ceil(WG)),
     );
+    // One walk over every position, or (where loops are cut short and a walk could pass the
+    // budget) segments of positions and a pass that merges them.
+    let dispatch = |walk: Walk, macros: &Macros, x: u32, per_y: u32| -> Result<Dispatch> {
+        let entry = walk.entry();
+        let seg_len = if ctx.loops_limited() {
+            walk.segment_len(head_dim)
+        } else {
+            u32::MAX
+        };
+        if seg_len >= cache_rows {
+            let p = params(
+                ctx,
+                "attention",
+                &[n_head, n_kv, head_dim, scale.to_bits(), 0, 0, 0, 0],
+            );
+            let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
+            bindings.extend(lse.map(bind));
+            let pipeline = ctx.pipeline("attention.wgsl", entry, macros)?;
+            return Ok(Dispatch::new(
+                ctx,
+                "attention",
+                pipeline,
+                &bindings,
+                Grid::PerTokens { x, per_y },
+            ));
+        }
+        let n_seg = cache_rows.div_ceil(seg_len);
+        let outputs = n_seg as u64 * max_tokens as u64 * n_head as u64;
+        let stats_at = outputs * head_dim as u64;
+        let part = ctx.shared_scratch("attention segments", (stats_at + 2 * outputs) * 4)?;
+        let stats_at = u32::try_from(stats_at).map_err(|_| EngineError::Shape {
+            op: "attention",
+            detail: format!("{n_seg} segments of {max_tokens} tokens × {n_head} heads"),
+        })?;
+        let p = params(
+            ctx,
+            "attention",
+            &[
+                n_head,
+                n_kv,
+                head_dim,
+                scale.to_bits(),
+                seg_len,
+                max_tokens,
+                stats_at,
+                0,
+            ],
+        );
+        let mut bindings = vec![
+            (0, bind(q)),
+            (1, bind(k)),
+            (2, bind(v)),
+            (4, bind(&p)),
+            (5, bind(step)),
+            (7, bind(&part)),
+        ];
+        let walk = Dispatch::with_bindings(
+            ctx,
+            "attention",
+            ctx.pipeline("attention.wgsl", entry, &macros.clone().flag("SEGMENTS"))?,
+            &bindings,
+            Grid::PerTokensSegments { x, per_y, z: n_seg },
+        );
+        bindings.truncate(0);
+        bindings.extend([
+            (3, bind(out)),
+            (4, bind(&p)),
+            (5, bind(step)),
+            (7, bind(&part)),
+        ]);
+        bindings.extend(lse.map(|l| (6, bind(l))));
+        let merge = Dispatch::with_bindings(
+            ctx,
+            "attention",
+            ctx.pipeline(
+                "attention.wgsl",
+                "attention_merge",
+                &workgroup.clone().flag("SEGMENTS"),
+            )?,
+            &bindings,
+            Grid::PerTokens {
+                x: n_head,
+                per_y: 1,
+            },
+        );
+        Ok(walk.then(merge))
+    };
     let AttentionLayout::PerThread { subgroups } = layout else {
-        return dispatch("attention", &workgroup, n_head, 1);
+        return dispatch(Walk::Workgroup, &workgroup, n_head, 1);
     };
     let subgroups = subgroups && ctx.shader_subgroups();
     // A workgroup serves GROUP query heads of one KV head.
@@ -148,25 +225,94 @@ pub fn attention_saving(
     // split the positions.
     let decode = subgroups && ctx.subgroup_min_size >= LANES;
     if !head_dim.is_multiple_of(4) || head_dim > DECODE_MAX_DIM {
-        return dispatch("attention", &workgroup, n_head, 1);
+        return dispatch(Walk::Workgroup, &workgroup, n_head, 1);
     }
     if head_dim > PER_THREAD_MAX_DIM {
         // Wider heads: a workgroup per (heads, token) for every step where subgroups allow
         // (each token's workgroup loads the rows again, which still beats the workgroup
         // layout's barriers 3x on lavapipe), else the workgroup layout.
         if !decode {
-            return dispatch("attention", &workgroup, n_head, 1);
+            return dispatch(Walk::Workgroup, &workgroup, n_head, 1);
         }
-        return dispatch("attention_decode", &per_thread, n_head / group, 1);
+        return dispatch(Walk::Decode { group }, &per_thread, n_head / group, 1);
     }
-    let many = dispatch("attention", &per_thread, n_head / group, LANES)?;
+    let many = dispatch(Walk::Lanes { group }, &per_thread, n_head / group, LANES)?;
     let few = if decode {
-        dispatch("attention_decode", &per_thread, n_head / group, 1)?
+        dispatch(Walk::Decode { group }, &per_thread, n_head / group, 1)?
     } else {
-        dispatch("attention_split", &per_thread, n_head, 1)?
+        dispatch(Walk::Split, &per_thread, n_head, 1)?
     };
     Ok(many.with_few_tokens(SPLIT_MAX_TOKENS, few))
 }
+
+/// How an entry point of `shaders/attention.wgsl` walks a token's positions.
+#[derive(Clone, Copy, Debug)]
+enum Walk {
+    /// `attention`, per-thread layout: a lane per token, one position per step, `group` heads.
+    Lanes { group: u32 },
+    /// `attention_decode`: LANES positions per step for `group` heads.
+    Decode { group: u32 },
+    /// `attention_split`: LANES × CHUNK positions per step, a lane taking CHUNK of them.
+    Split,
+    /// `attention`, workgroup layout: WG positions per step.
+    Workgroup,
+}
+
+/// Loop iterations llvmpipe's budget counts for a loop of `n` constant iterations: NIR
+/// writes loops of up to 16 out in full before the limiter is placed (Mesa 22.3: a 64-wide
+/// head's 16-iteration loops cost nothing, a 128-wide head's 32-iteration ones do).
+fn counted(n: u32) -> u32 {
+    if n <= 16 { 0 } else { n }
+}
+
+impl Walk {
+    fn entry(self) -> &'static str {
+        match self {
+            Walk::Lanes { .. } | Walk::Workgroup => "attention",
+            Walk::Decode { .. } => "attention_decode",
+            Walk::Split => "attention_split",
+        }
+    }
+
+    /// Positions one workgroup may walk with its loops' iterations in all (steps over
+    /// positions and the loops inside them, and those before and after) within
+    /// [`LOOP_BUDGET`]: a multiple of 64.
+    fn segment_len(self, head_dim: u32) -> u32 {
+        let hd4 = counted(head_dim / 4);
+        let slots = counted((head_dim / 4).div_ceil(LANES));
+        // (iterations per step, positions per step, iterations outside the walk)
+        let (per_step, positions, fixed) = match self {
+            Walk::Lanes { group } => (
+                1 + 2 * (slots + hd4) + 2 * group * hd4,
+                1,
+                LANES + 2 * group * hd4,
+            ),
+            // Scores, then up to LANES positions' V rows (a loop whose length varies).
+            Walk::Decode { group } => (
+                1 + hd4 + group * (hd4 + slots) + LANES * (1 + slots + group * slots),
+                LANES,
+                2 * group * (hd4 + slots),
+            ),
+            // CHUNK scores and CHUNK V rows (the CHUNK loops themselves are written out).
+            Walk::Split => (
+                1 + (2 * CHUNK + 1) * hd4,
+                LANES * CHUNK,
+                LANES * (1 + hd4) + 2 * hd4,
+            ),
+            // A head_dim loop per score, a reduction, the chunk's sum and its V products.
+            Walk::Workgroup => (
+                1 + head_dim + WG.ilog2() + WG + head_dim.div_ceil(WG) * (1 + WG),
+                WG,
+                2 * head_dim,
+            ),
+        };
+        let steps = (LOOP_BUDGET - fixed) / per_step;
+        (steps * positions / 64 * 64).max(64)
+    }
+}
+
+/// Positions per rescale in `attention_split` (the shader's CHUNK).
+const CHUNK: u32 = 8;
 
 /// The buffers of [`attention_backward`]: the forward's inputs, output and saved
 /// log-sum-exp, the output's gradient, and where the gradients go.
