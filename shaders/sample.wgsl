@@ -13,10 +13,12 @@
 //    kept mass crosses u × (kept mass).
 // With top-k ≤ WG (the agents' settings) one more pass gathers a short list that holds every
 // top-k survivor, bounded below by the k-th largest of the threads' own maxima, and steps
-// 3–5 run on that list. Otherwise (top-k off or larger, or a list past WG entries: ties)
-// steps 3–4 are bitwise searches over order-preserving u32 keys, 32 and 31 passes over the
-// vocabulary (exact, no sort). Both paths are deterministic: the list is put in vocabulary
-// order before anything is summed.
+// 3–5 run on that list. With top-p alone, two more passes (the whole mass, then the list of
+// the TOP_P_LIST largest) do, when that list holds top_p of the mass. Otherwise (top-k
+// larger, a list past WG entries: ties, or top-p reaching further) steps 3–4 are bitwise
+// searches over order-preserving u32 keys, 32 and 31 passes over the vocabulary (exact, no
+// sort). Every path is deterministic: the list is put in vocabulary order before anything
+// is summed.
 // Macros: WG, RING (entries of `recent`).
 
 struct Params {
@@ -49,6 +51,10 @@ var<workgroup> list_p: array<f32, WG>;
 var<workgroup> list_len: atomic<u32>;
 var<workgroup> list_len_u: u32;
 var<workgroup> top: atomic<u32>;
+var<workgroup> list_holds: u32;
+
+// Values whose list answers top-p alone (the bound: this many threads' maxima reach it).
+const TOP_P_LIST = 64u;
 
 fn key(f: f32) -> u32 {
     let b = bitcast<u32>(f);
@@ -157,20 +163,36 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
     let inv_t = 1.0 / p.temperature;
     let m = max_logit * inv_t;
     if p.top_k > 0u && p.top_k < n && p.top_k <= WG {
-        let len = gather_list(tid, n, inv_t);
-        if len >= p.top_k && len <= WG {
-            pick_from_list(tid, len, m);
+        let len = gather_list(tid, n, inv_t, p.top_k);
+        if len >= p.top_k && len <= WG && pick_from_list(tid, len, m, p.top_k, 0.0) {
+            return;
+        }
+    } else if (p.top_k == 0u || p.top_k >= n) && p.top_p < 1.0 {
+        // Top-p alone: when the TOP_P_LIST largest values (and their ties) hold top_p of the
+        // whole vocabulary's mass, every survivor is among them.
+        let total = full_mass(tid, n, inv_t, m);
+        let len = gather_list(tid, n, inv_t, TOP_P_LIST);
+        if len >= TOP_P_LIST && len <= WG && pick_from_list(tid, len, m, 0u, total) {
             return;
         }
     }
     pick_by_search(tid, n, inv_t, m, argmax);
 }
 
+// Σ exp(scaled logit − m) over the vocabulary, in every thread.
+fn full_mass(tid: u32, n: u32, inv_t: f32, m: f32) -> f32 {
+    var z = 0.0;
+    for (var i = tid; i < n; i += WG) {
+        z += exp(work[i] * inv_t - m);
+    }
+    return sum_f(tid, z);
+}
+
 // Gathers into `list_i` every index whose scaled key is at least the k-th largest of the
 // threads' maxima: k distinct values reach that bound, so the k-th largest scaled logit
 // does too, and with it every top-k survivor (ties included). Returns how many there are
 // (the list holds the first WG of them).
-fn gather_list(tid: u32, n: u32, inv_t: f32) -> u32 {
+fn gather_list(tid: u32, n: u32, inv_t: f32, k: u32) -> u32 {
     if tid == 0u {
         atomicStore(&list_len, 0u);
         atomicStore(&top, 0u);
@@ -181,7 +203,7 @@ fn gather_list(tid: u32, n: u32, inv_t: f32) -> u32 {
     for (var s = 0u; s < WG; s++) {
         reach += select(0u, 1u, key(thread_max[s] * inv_t) >= mine);
     }
-    if reach >= p.top_k {
+    if reach >= k {
         atomicMax(&top, mine);
     }
     workgroupBarrier();
@@ -201,8 +223,11 @@ fn gather_list(tid: u32, n: u32, inv_t: f32) -> u32 {
     return workgroupUniformLoad(&list_len_u);
 }
 
-// Steps 3–5 on the gathered list (`len` ≤ WG entries, one per thread).
-fn pick_from_list(tid: u32, len: u32, m: f32) {
+// Steps 3–5 on the gathered list (`len` ≤ WG entries, one per thread), with top-k `k` (0:
+// off) and the mass top-p is measured against: the list's own (total 0: the list holds
+// every top-k survivor) or the whole vocabulary's, in which case the list must hold at
+// least top_p of it (returns false, having picked nothing, when it does not).
+fn pick_from_list(tid: u32, len: u32, m: f32, k: u32, total_in: f32) -> bool {
     let inv_t = 1.0 / p.temperature;
     let mine = tid < len;
     // Vocabulary order: each entry's rank among the (distinct) indices.
@@ -232,7 +257,7 @@ fn pick_from_list(tid: u32, len: u32, m: f32) {
         for (var s = 0u; s < len; s++) {
             reach += select(0u, 1u, key(list_v[s]) >= k_mine);
         }
-        if reach >= p.top_k {
+        if k > 0u && reach >= k {
             atomicMax(&top, k_mine);
         }
     }
@@ -248,9 +273,16 @@ fn pick_from_list(tid: u32, len: u32, m: f32) {
         atomicStore(&top, 0u);
     }
     // Every thread sums the list in the same order: the same totals everywhere.
-    var total = 0.0;
+    var in_list = 0.0;
     for (var s = 0u; s < len; s++) {
-        total += list_p[s];
+        in_list += list_p[s];
+    }
+    let total = select(in_list, total_in, total_in > 0.0);
+    if tid == 0u {
+        list_holds = select(0u, 1u, in_list >= p.top_p * total);
+    }
+    if workgroupUniformLoad(&list_holds) == 0u {
+        return false;
     }
 
     // Top-p: the largest kept probability whose mass at or above it reaches top_p × total.
@@ -293,6 +325,7 @@ fn pick_from_list(tid: u32, len: u32, m: f32) {
         }
         result[0] = select(pick, last, pick == 0xffffffffu);
     }
+    return true;
 }
 
 // Steps 3–5 over the whole vocabulary by bitwise searches (any top-k, ties of any size).

@@ -1172,22 +1172,31 @@ fn concat_rows_matches_reference() {
 /// top-k, top-p, penalties and their mixes, over many draws; at a near-tie of the running
 /// mass, the token the rule picks for a draw within 1e-5 of the same one. Vocabularies up to
 /// Qwen3.5's 248,320 (on llvmpipe its top-k and top-p searches once ran past the driver's
-/// budget of loop iterations per invocation and returned no token). Logits with no ties, and
-/// logits rounded to whole numbers: at 1,000 tokens the top-k survivors tie by dozens (the
-/// short-list path with ties), at 49,153 by thousands (past the list: the bitwise searches);
-/// top-k 300 takes the searches too.
+/// budget of loop iterations per invocation and returned no token). Logits with no ties,
+/// logits rounded to whole numbers (at 1,000 tokens the top-k survivors tie by dozens: the
+/// short-list path with ties; at 49,153 by thousands: past the list, the bitwise searches),
+/// and peaked logits (a few tokens hold the mass: top-p alone takes the short list, which it
+/// leaves for the searches where the mass is spread). Top-k 300 takes the searches too.
 #[test]
 fn sampling_matches_reference() {
     let ctx = ctx_or_skip!();
     let mut r = rng();
-    for (&vocab, rounded) in [1000u32, 49_153, 248_320]
+    for (&vocab, shape) in [1000u32, 49_153, 248_320]
         .iter()
-        .flat_map(|v| [(v, false), (v, true)])
+        .flat_map(|v| [(v, "plain"), (v, "rounded"), (v, "peaked")])
     {
         let row = 1usize;
         let mut logits = randn(&mut r, 2 * vocab as usize, 6.0);
-        if rounded {
-            logits.iter_mut().for_each(|l| *l = l.round());
+        match shape {
+            "rounded" => logits.iter_mut().for_each(|l| *l = l.round()),
+            "peaked" => {
+                // A model's confident step: a few tokens hold nearly all the mass.
+                let n = logits.len();
+                for _ in 0..30 {
+                    logits[r.random_range(0..n)] += 12.0;
+                }
+            }
+            _ => {}
         }
         let lb = buf_f32(&ctx, &logits);
         let sampler = Sampler::new(&ctx, &lb, vocab).unwrap();
@@ -1231,6 +1240,11 @@ fn sampling_matches_reference() {
                 top_p: 0.9,
                 ..SamplingParams::greedy()
             },
+            SamplingParams {
+                temperature: 0.3,
+                top_p: 0.9,
+                ..SamplingParams::greedy()
+            },
         ];
         let row_logits = &logits[row * vocab as usize..][..vocab as usize];
         for sp in &configs {
@@ -1249,7 +1263,7 @@ fn sampling_matches_reference() {
                 let gap = (got != want).then(|| draw_gap(row_logits, sp, &recent, u, got));
                 assert!(
                     got == want || gap.is_some_and(|g| g <= near),
-                    "vocab {vocab} (rounded: {rounded}) {sp:?} u={u}: got {got}, want {want} (the reference picks it {gap:?} away)"
+                    "vocab {vocab} ({shape} logits) {sp:?} u={u}: got {got}, want {want} (the reference picks it {gap:?} away)"
                 );
             }
         }
