@@ -38,7 +38,10 @@ struct Params {
     eps: f32,
     q_scale: f32,      // 1 / sqrt(d_k)
     chunk_words: u32,  // scratch words per (chunk, head)
-    _pad: u32,
+    // The per-lane recurrent form walks the step's tokens [t_from, t_to): where loops are cut
+    // short, a long step is several dispatches, each carrying the state on in `state`.
+    t_from: u32,
+    t_to: u32,
 }
 
 @group(0) @binding(0) var<storage, read> qkv: array<f32>;
@@ -128,10 +131,14 @@ fn delta_net(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(subgroup_invocation_id) me: u32) {
     let col = 4u * (wid.y * COLS + me);
     let l = Lane(wid.x, wid.x % p.n_k, 0u, 0u, col, col < p.d_v);
-    slot = step.tok[0].z;
+    let t_to = min(step.n_tokens, p.t_to);
+    if p.t_from >= t_to {
+        return;
+    }
+    slot = step.tok[p.t_from].z;
     var sr: array<vec4<f32>, MAX_R>;
     load_rows4(slot, l, &sr);
-    for (var t = 0u; t < step.n_tokens; t++) {
+    for (var t = p.t_from; t < t_to; t++) {
         // A token of another sequence (batched decode): put this one's state back, take its.
         if step.tok[t].z != slot {
             store_rows4(slot, l, &sr);

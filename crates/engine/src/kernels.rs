@@ -317,8 +317,12 @@ pub struct Dispatch {
     pub grid: Grid,
     /// What runs instead in a step of at most this many tokens (a kernel laid out for decode).
     pub few_tokens: Option<(u32, Box<Dispatch>)>,
-    /// What runs right after it (a pass that combines what its workgroups wrote).
+    /// What runs right after it (a pass that combines what its workgroups wrote, the next
+    /// range of a long walk).
     pub then: Option<Box<Dispatch>>,
+    /// Steps of at most this many tokens skip it and what follows it (a range of tokens past
+    /// theirs).
+    pub skip_up_to: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -394,6 +398,7 @@ impl Dispatch {
             grid,
             few_tokens: None,
             then: None,
+            skip_up_to: 0,
         }
     }
 
@@ -409,6 +414,12 @@ impl Dispatch {
         self
     }
 
+    /// Skips this one, and what runs after it, in steps of at most `tokens` tokens.
+    pub fn skipped_up_to(mut self, tokens: u32) -> Self {
+        self.skip_up_to = tokens;
+        self
+    }
+
     pub fn grid_for(&self, tokens: u32) -> [u32; 3] {
         match self.grid {
             Grid::Fixed(g) => g,
@@ -421,6 +432,9 @@ impl Dispatch {
     }
 
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>, tokens: u32) {
+        if tokens <= self.skip_up_to {
+            return;
+        }
         if let Some((max, other)) = &self.few_tokens
             && tokens <= *max
         {

@@ -451,7 +451,9 @@ fn check_delta(got: &[f32], want: &[f64], what: String) {
 
 /// The recurrent form, in each layout, over a 150-token prefill from a random carried-in
 /// state, against the f64 recurrence; a prefill followed by single-token decode steps gives
-/// the same bits. On the test adapter, lavapipe, FrogNano's heads take the per-lane layout.
+/// the same bits. On the test adapter, lavapipe, FrogNano's heads take the per-lane layout;
+/// with them a 500-token step too (past ~200 tokens one invocation's walk once passed
+/// llvmpipe's loop budget: the walk now takes ranges of tokens, a dispatch each).
 #[test]
 fn delta_net_recurrent_matches_reference() {
     let gpu = gpu_or_skip!();
@@ -469,6 +471,11 @@ fn delta_net_recurrent_matches_reference() {
             let what = format!("delta_net {layout:?} {:?}", case.shape);
             let batch = case.run(&gpu, &[(150, false)]);
             check_delta(&batch, &want, what.clone());
+            if case.shape.d_k == 128 {
+                let long = DeltaCase::new(&mut seeded(), case.shape, 500).in_layout(layout);
+                let got = long.run(&gpu, &[(500, false)]);
+                check_delta(&got, &long.reference(), format!("{what}, 500 tokens"));
+            }
             let mut split = vec![(143, false)];
             split.extend([(1, false); 7]);
             assert!(

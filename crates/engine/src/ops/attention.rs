@@ -2,7 +2,7 @@ use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::matvec::MatvecLayout;
-use crate::ops::{bind, params};
+use crate::ops::{LOOP_BUDGET, bind, params};
 use crate::tensor::DType;
 
 const WG: u32 = 64;
@@ -480,7 +480,3 @@ fn kv_macro(macros: Macros, kv: DType) -> Macros {
         DType::F32 => macros,
     }
 }
-
-/// Loop steps one invocation may take: CPU adapters (llvmpipe) end a shader's loops after 65535
-/// in all, silently, so kernels that walk long ranges split them across dispatches.
-const LOOP_BUDGET: u32 = 60_000;

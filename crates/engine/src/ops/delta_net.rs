@@ -2,7 +2,7 @@ use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
 use crate::ops::matvec::MatvecLayout;
-use crate::ops::{bind, params};
+use crate::ops::{self, LOOP_BUDGET, bind, params};
 
 /// State columns per workgroup.
 const COLS: u32 = 16;
@@ -131,6 +131,11 @@ impl DeltaNetShape {
     }
 
     fn params(&self, ctx: &GpuContext) -> wgpu::Buffer {
+        self.params_for_tokens(ctx, 0, u32::MAX)
+    }
+
+    /// [`Self::params`] for the per-lane walk over the step's tokens `from .. to`.
+    fn params_for_tokens(&self, ctx: &GpuContext, from: u32, to: u32) -> wgpu::Buffer {
         let q_scale = 1.0 / (self.d_k as f32).sqrt();
         params(
             ctx,
@@ -143,8 +148,21 @@ impl DeltaNetShape {
                 self.eps.to_bits(),
                 q_scale.to_bits(),
                 self.chunk_words() as u32,
+                from,
+                to,
             ],
         )
+    }
+
+    /// Tokens one dispatch of the per-lane form walks where loops are cut short: per token,
+    /// the two sums over d_k in blocks of LANES, and at most a sequence switch (the state
+    /// stored and loaded) and a checkpoint stored, each a loop over d_k; within the budget.
+    fn per_lane_tokens(&self, ctx: &GpuContext) -> u32 {
+        if !ctx.loops_limited() {
+            return ops::MAX_STEP_TOKENS as u32;
+        }
+        let per_token = 2 * self.d_k.div_ceil(LANES) * (1 + LANES) + 4 * self.d_k;
+        (LOOP_BUDGET / per_token).max(1)
     }
 
     /// One workgroup per (value head, block of COLS state columns).
@@ -270,22 +288,36 @@ fn recurrent(
         None => macros,
     };
     let pipeline = ctx.pipeline("delta_net.wgsl", "delta_net", &macros)?;
-    let p = shape.params(ctx);
-    let mut bindings = inputs.bindings();
-    bindings.extend([
-        (5, bind(state)),
-        (6, bind(out)),
-        (8, bind(&p)),
-        (9, bind(step)),
-    ]);
-    bindings.extend(states.map(|s| (10, bind(s))));
-    Ok(Dispatch::with_bindings(
-        ctx,
-        "delta_net",
-        pipeline,
-        &bindings,
-        grid,
-    ))
+    let walk = |from: u32, to: u32| {
+        let p = shape.params_for_tokens(ctx, from, to);
+        let mut bindings = inputs.bindings();
+        bindings.extend([
+            (5, bind(state)),
+            (6, bind(out)),
+            (8, bind(&p)),
+            (9, bind(step)),
+        ]);
+        bindings.extend(states.map(|s| (10, bind(s))));
+        Dispatch::with_bindings(ctx, "delta_net", pipeline.clone(), &bindings, grid)
+    };
+    if layout == DeltaNetLayout::Split {
+        return Ok(walk(0, u32::MAX));
+    }
+    // The per-lane form walks a step's tokens in ranges of at most `range`, one dispatch
+    // each (carrying the state on through `state`); a step skips the ranges past its tokens.
+    let range = shape.per_lane_tokens(ctx);
+    let starts: Vec<u32> = (0..ops::MAX_STEP_TOKENS as u32)
+        .step_by(range as usize)
+        .collect();
+    let mut chain = None;
+    for &from in starts.iter().rev() {
+        let d = walk(from, from + range).skipped_up_to(from);
+        chain = Some(match chain {
+            Some(next) => d.then(next),
+            None => d,
+        });
+    }
+    Ok(chain.expect("a step holds at least one token"))
 }
 
 /// The same rule in chunks of [`CHUNK`] tokens, for prefill: a pass over all chunks in
@@ -437,7 +469,7 @@ pub fn backward_max_tokens(ctx: &GpuContext, s: &DeltaNetShape) -> u32 {
     let per_token = 11 * s.d_k as u64
         + (s.d_k as u64).div_ceil(8) * (8 + BACKWARD_WG as u64)
         + 2 * BACKWARD_WG as u64;
-    (60_000 / per_token).clamp(1, u32::MAX as u64) as u32
+    (LOOP_BUDGET as u64 / per_token).clamp(1, u32::MAX as u64) as u32
 }
 
 /// The gradients of the gated delta rule ([`delta_net`]) for a step of one sequence of at

@@ -1,15 +1,12 @@
 use crate::error::{EngineError, Result};
 use crate::gpu::GpuContext;
 use crate::kernels::{Dispatch, Grid, Macros};
-use crate::ops::{bind, params};
+use crate::ops::{LOOP_BUDGET, bind, params};
 
 /// Rows and columns of c per workgroup of the tiled layout (`shaders/matmul.wgsl`).
 const TILE: u32 = 16;
 /// Lanes per workgroup of the per-thread layout, each computing a 4 × 4 block of c.
 const LANES: u32 = 8;
-/// Loop steps one invocation may take: CPU adapters (llvmpipe) end a shader's loops after
-/// 65535 in all, silently; the per-thread layout walks the whole summed dimension.
-const LOOP_BUDGET: u32 = 60_000;
 
 /// How threads share the work of [`matmul`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

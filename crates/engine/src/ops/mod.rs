@@ -26,6 +26,11 @@ use crate::gpu::GpuContext;
 /// Tokens one step can hold (the size of `Step.tok` in `shaders/common/step.wgsl`).
 pub const MAX_STEP_TOKENS: usize = 512;
 
+/// Loop iterations one invocation may take where loops are cut short
+/// ([`GpuContext::loops_limited`]: llvmpipe ends a shader's loops after 65,535 in all,
+/// silently), so kernels that walk long ranges split them across dispatches or workgroups.
+pub(crate) const LOOP_BUDGET: u32 = 60_000;
+
 /// Per-step values every token-dependent kernel reads (`shaders/common/step.wgsl`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
