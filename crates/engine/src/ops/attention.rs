@@ -8,14 +8,18 @@ use crate::tensor::DType;
 const WG: u32 = 64;
 /// Tokens per workgroup of the per-thread layout (`shaders/attention.wgsl`).
 const LANES: u32 = 8;
-/// Widest head the per-thread layout takes for steps of many tokens: a thread keeps whole
-/// K/V rows and its output in registers, and past this they spill (FrogNano's 256-wide heads
-/// ran 6x slower per-thread than per-workgroup on lavapipe, 64 tokens after 512 positions).
-const PER_THREAD_MAX_DIM: u32 = 128;
+/// Widest head the per-thread layout's lane-per-token entry takes for steps of many tokens:
+/// a thread keeps whole K/V rows and its output in registers, and past this its loops over
+/// a row stay rolled and the rows live in memory. A 64-token step of 128-wide heads (16 of
+/// them over 8 KV heads, lavapipe) took 276 ms after no positions and 27 s after 4,032
+/// lane-per-token, 40.7 ms and 2.8 s in the workgroup layout, 6.9 ms and 519 ms through
+/// `attention_decode`; 64-wide heads are faster lane-per-token (34.7 against 56.4 ms after
+/// 4,032 positions, SmolLM2's 9 over 3).
+const PER_THREAD_MAX_DIM: u32 = 64;
 /// Widest head its `attention_decode` entry takes (subgroups): a lane holds one K row and an
 /// eighth of the output. Heads wider than [`PER_THREAD_MAX_DIM`] take it for steps of any
 /// size (FrogNano's 256-wide heads: 3x faster than the workgroup layout on lavapipe, in
-/// decode and in 64-token steps).
+/// decode and in 64-token steps; 128-wide heads 5.4x).
 const DECODE_MAX_DIM: u32 = 256;
 /// Steps of at most this many tokens (decode, a few sequences at once) use the per-thread
 /// layout's decode entries (`attention_decode`, or `attention_split` without subgroups),
