@@ -164,7 +164,7 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
     let m = max_logit * inv_t;
     if p.top_k > 0u && p.top_k < n && p.top_k <= WG {
         let len = gather_list(tid, n, inv_t, p.top_k);
-        if len >= p.top_k && len <= WG && pick_from_list(tid, len, m, p.top_k, 0.0) {
+        if len >= p.top_k && len <= WG && pick_from_list(tid, len, inv_t, m, p.top_k, 0.0) {
             return;
         }
     } else if (p.top_k == 0u || p.top_k >= n) && p.top_p < 1.0 {
@@ -172,7 +172,7 @@ fn sample(@builtin(local_invocation_index) tid: u32) {
         // whole vocabulary's mass, every survivor is among them.
         let total = full_mass(tid, n, inv_t, m);
         let len = gather_list(tid, n, inv_t, TOP_P_LIST);
-        if len >= TOP_P_LIST && len <= WG && pick_from_list(tid, len, m, 0u, total) {
+        if len >= TOP_P_LIST && len <= WG && pick_from_list(tid, len, inv_t, m, 0u, total) {
             return;
         }
     }
@@ -227,8 +227,7 @@ fn gather_list(tid: u32, n: u32, inv_t: f32, k: u32) -> u32 {
 // off) and the mass top-p is measured against: the list's own (total 0: the list holds
 // every top-k survivor) or the whole vocabulary's, in which case the list must hold at
 // least top_p of it (returns false, having picked nothing, when it does not).
-fn pick_from_list(tid: u32, len: u32, m: f32, k: u32, total_in: f32) -> bool {
-    let inv_t = 1.0 / p.temperature;
+fn pick_from_list(tid: u32, len: u32, inv_t: f32, m: f32, k: u32, total_in: f32) -> bool {
     let mine = tid < len;
     // Vocabulary order: each entry's rank among the (distinct) indices.
     var idx = 0u;

@@ -132,12 +132,24 @@ pub fn attention_saving(
         } else {
             u32::MAX
         };
-        if seg_len >= cache_rows {
-            let p = params(
+        let uniform = |seg_len: u32, stats_at: u32| {
+            params(
                 ctx,
                 "attention",
-                &[n_head, n_kv, head_dim, scale.to_bits(), 0, 0, 0, 0],
-            );
+                &[
+                    n_head,
+                    n_kv,
+                    head_dim,
+                    scale.to_bits(),
+                    seg_len,
+                    max_tokens,
+                    stats_at,
+                    0,
+                ],
+            )
+        };
+        if seg_len >= cache_rows {
+            let p = uniform(0, 0);
             let mut bindings = vec![bind(q), bind(k), bind(v), bind(out), bind(&p), bind(step)];
             bindings.extend(lse.map(bind));
             let pipeline = ctx.pipeline("attention.wgsl", entry, macros)?;
@@ -157,21 +169,8 @@ pub fn attention_saving(
             op: "attention",
             detail: format!("{n_seg} segments of {max_tokens} tokens × {n_head} heads"),
         })?;
-        let p = params(
-            ctx,
-            "attention",
-            &[
-                n_head,
-                n_kv,
-                head_dim,
-                scale.to_bits(),
-                seg_len,
-                max_tokens,
-                stats_at,
-                0,
-            ],
-        );
-        let mut bindings = vec![
+        let p = uniform(seg_len, stats_at);
+        let bindings = [
             (0, bind(q)),
             (1, bind(k)),
             (2, bind(v)),
@@ -186,13 +185,12 @@ pub fn attention_saving(
             &bindings,
             Grid::PerTokensSegments { x, per_y, z: n_seg },
         );
-        bindings.truncate(0);
-        bindings.extend([
+        let mut bindings = vec![
             (3, bind(out)),
             (4, bind(&p)),
             (5, bind(step)),
             (7, bind(&part)),
-        ]);
+        ];
         bindings.extend(lse.map(|l| (6, bind(l))));
         let merge = Dispatch::with_bindings(
             ctx,
